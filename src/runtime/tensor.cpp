@@ -1,0 +1,118 @@
+// src/runtime/tensor.cpp — storage for Tensor on the host (new[]) or a CUDA device (cudaMalloc).
+#include "dsv4/tensor.hpp"
+
+#include <cstring>
+#include <sstream>
+
+#if defined(DSV4_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace dsv4 {
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const Shape& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
+                  Device device) {
+  require(view.dtype == dtype, name,
+          "expected dtype " + std::string(dtype_name(dtype)) + ", got " + std::string(dtype_name(view.dtype)));
+  require(view.device == device, name,
+          std::string("expected a tensor on ") + device_name(device) + ", got one on " + device_name(view.device));
+  bool same = view.shape.size() == expected.size();
+  for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i] < 0 || expected[i] == view.shape[i];
+  require(same, name, "expected shape " + shape_string(expected) + ", got " + shape_string(view.shape));
+  require(view.data != nullptr || view.numel() == 0, name, "null data pointer");
+}
+
+namespace {
+#if defined(DSV4_WITH_CUDA)
+void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error("device", std::string(what) + ": " + cudaGetErrorString(status));
+}
+#endif
+
+std::shared_ptr<void> allocate(std::size_t bytes, Device device) {
+  if (device == Device::CPU) {
+    return std::shared_ptr<void>(new std::byte[bytes == 0 ? 1 : bytes], [](void* p) { delete[] static_cast<std::byte*>(p); });
+  }
+#if defined(DSV4_WITH_CUDA)
+  void* p = nullptr;
+  cuda_check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+#else
+  throw Error("device", "this build of dsv4 has no CUDA backend");
+#endif
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::CPU && src_device == Device::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(DSV4_WITH_CUDA)
+  cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+#else
+  throw Error("device", "this build of dsv4 has no CUDA backend");
+#endif
+}
+}  // namespace
+
+Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
+  for (auto d : shape) require(d >= 0, "shape", "negative extent in " + shape_string(shape));
+  Tensor t;
+  t.view_.dtype = dtype;
+  t.view_.shape = std::move(shape);
+  t.view_.device = device;
+  t.storage_ = allocate(t.nbytes(), device);
+  t.view_.data = t.storage_.get();
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
+  Tensor t = empty(dtype, std::move(shape), device);
+  t.fill_bytes(0);
+  return t;
+}
+
+Tensor Tensor::from_host(DType dtype, Shape shape, const void* bytes, Device device) {
+  Tensor t = empty(dtype, std::move(shape), device);
+  copy_bytes(t.data(), device, bytes, Device::CPU, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  Tensor t = empty(dtype(), shape(), device);
+  copy_bytes(t.data(), device, data(), this->device(), nbytes());
+  return t;
+}
+
+void Tensor::copy_from(const TensorView& src) {
+  require(src.dtype == dtype() && src.numel() == numel(), "src",
+          "copy needs the same dtype and element count");
+  copy_bytes(data(), device(), src.data, src.device, nbytes());
+}
+
+void Tensor::fill_bytes(std::uint8_t byte) {
+  if (device() == Device::CPU) {
+    std::memset(data(), byte, nbytes());
+    return;
+  }
+#if defined(DSV4_WITH_CUDA)
+  cuda_check(cudaMemset(data(), byte, nbytes()), "cudaMemset");
+#endif
+}
+
+}  // namespace dsv4
