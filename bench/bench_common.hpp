@@ -1,0 +1,110 @@
+// bench/bench_common.hpp — timing and reporting shared by every benchmark.
+//
+// Times are CUDA-event medians after warm-up, with the L2 flushed (a 256 MB write) before each
+// timed launch unless the case asks for a warm cache. Each executable writes a JSON list of records
+// to <out_dir>/<bench name>.json; scripts/gpu-check merges them with the PyTorch baselines.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dsv4::bench {
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(2);
+  }
+}
+
+class L2Flusher {
+ public:
+  L2Flusher() { check_cuda(cudaMalloc(&buffer_, kBytes), "cudaMalloc(flush)"); }
+  ~L2Flusher() { cudaFree(buffer_); }
+  void flush(cudaStream_t stream) { check_cuda(cudaMemsetAsync(buffer_, 0, kBytes, stream), "flush"); }
+
+ private:
+  static constexpr size_t kBytes = 256u << 20;  // > 4× the 60 MB L2
+  void* buffer_ = nullptr;
+};
+
+struct TimingOptions {
+  int warmup = 5;
+  int repeats = 50;
+  bool flush_l2 = true;
+};
+
+// Median time in microseconds of `launch` (which enqueues work on `stream`).
+inline double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream = nullptr,
+                      TimingOptions options = {}) {
+  static L2Flusher flusher;
+  cudaEvent_t start, stop;
+  check_cuda(cudaEventCreate(&start), "event");
+  check_cuda(cudaEventCreate(&stop), "event");
+  for (int i = 0; i < options.warmup; ++i) launch(stream);
+  check_cuda(cudaStreamSynchronize(stream), "warmup");
+  check_cuda(cudaGetLastError(), "warmup launch");
+  std::vector<double> samples;
+  for (int i = 0; i < options.repeats; ++i) {
+    if (options.flush_l2) flusher.flush(stream);
+    check_cuda(cudaEventRecord(start, stream), "record");
+    launch(stream);
+    check_cuda(cudaEventRecord(stop, stream), "record");
+    check_cuda(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    samples.push_back(ms * 1000.0);
+  }
+  check_cuda(cudaGetLastError(), "timed launch");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// The card's device-to-device copy bandwidth in GB/s (bytes read + written), 1 GiB buffers.
+inline double copy_bandwidth_gbs() {
+  const size_t bytes = 1u << 30;
+  void *a = nullptr, *b = nullptr;
+  check_cuda(cudaMalloc(&a, bytes), "cudaMalloc");
+  check_cuda(cudaMalloc(&b, bytes), "cudaMalloc");
+  check_cuda(cudaMemset(a, 1, bytes), "memset");
+  const double us = time_us([&](cudaStream_t s) { cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); },
+                            nullptr, {3, 20, false});
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+}
+
+// Collects records and writes <out_dir>/<name>.json.
+class Report {
+ public:
+  Report(std::string name, std::string out_dir) : name_(std::move(name)), out_dir_(std::move(out_dir)) {}
+  // metric: "GB/s" or "TFLOP/s"; ceiling in the same unit (0 when none applies).
+  void add(const std::string& case_name, const nlohmann::json& shape, double time_us, const std::string& metric,
+           double value, double ceiling, bool passed_check) {
+    records_.push_back({{"bench", name_}, {"name", case_name}, {"shape", shape}, {"time_us", time_us},
+                        {"metric", metric}, {"value", value}, {"ceiling", ceiling},
+                        {"ratio", ceiling > 0 ? value / ceiling : 0.0}, {"checked", passed_check}});
+    std::printf("%-40s %10.2f us  %9.1f %-7s (%.0f%% of %.0f)%s\n", case_name.c_str(), time_us, value, metric.c_str(),
+                ceiling > 0 ? 100.0 * value / ceiling : 0.0, ceiling, passed_check ? "" : "  RESULT CHECK FAILED");
+  }
+  void write() const {
+    std::ofstream(out_dir_ + "/" + name_ + ".json") << nlohmann::json(records_).dump(1) << "\n";
+  }
+
+ private:
+  std::string name_, out_dir_;
+  std::vector<nlohmann::json> records_;
+};
+
+}  // namespace dsv4::bench
