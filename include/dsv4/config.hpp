@@ -19,6 +19,8 @@ struct RopeConfig {
   double original_max_positions = 0.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
+
+  bool operator==(const RopeConfig&) const = default;
 };
 
 struct ModelConfig {
@@ -47,6 +49,7 @@ struct ModelConfig {
   std::string name;                      // preset name or source path, for messages
 
   int num_layers() const { return static_cast<int>(compress_ratios.size()); }
+  bool operator==(const ModelConfig&) const = default;
 };
 
 // What one layer needs: its ratio and derived compressor geometry and RoPE table.
@@ -56,21 +59,33 @@ struct LayerConfig {
   bool overlap = false;   // on exactly when ratio == 4 (SPEC §2)
   RopeConfig rope;        // this layer's table (used by attention, compressor and indexer)
   int coff() const { return overlap ? 2 : 1; }
+  bool operator==(const LayerConfig&) const = default;
 };
 
-// Layer `index` of `model`; throws Error("layer", ...) when out of range.
+// Layer `index` of `model`: ratio m, overlap (m == 4), and the RoPE table — ratio 0: base
+// rope_theta, no YaRN; ratio > 0: compress_rope_theta with YaRN from rope_scaling (when present).
+// Throws Error("layer", ...) when index is outside [0, num_layers()).
 LayerConfig layer_config(const ModelConfig& model, int index);
 
-// Parses a Hugging Face DeepSeek-V4 config.json (text). Throws Error naming the key at fault.
+// Parses a Hugging Face DeepSeek-V4 config.json (text) and validates the result
+// (validate_model_config). Keys and rules: docs/config.md. A missing, ill-typed or invalid key
+// throws Error whose argument is the key name ("rope_scaling.factor" for nested keys); the reason
+// names `source_name`. page_size is not a config.json key and keeps its default.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source_name = "config.json");
 
-// Loads `name_or_path`: a preset name ("flash", "pro", "tiny") or a path to a config.json.
+// Loads `name_or_path`: a preset name (preset_names()) or a path to a config.json.
+// Throws Error("config", ...) when it is neither; parse errors as parse_model_config.
 ModelConfig load_model_config(const std::string& name_or_path);
 
-// Preset configurations. Throws Error("config", ...) for an unknown name.
+// Preset configurations: "flash" (DeepSeek-V4-Flash), "pro" (DeepSeek-V4-Pro), "tiny" (the same
+// structure with small sizes, for tests and the CPU demo). Throws Error("config", ...) for an
+// unknown name.
 ModelConfig preset_config(const std::string& name);
+const std::vector<std::string>& preset_names();  // {"flash", "pro", "tiny"}
 
-// Checks internal consistency (positive sizes, divisibility, cache format constraints).
+// Checks internal consistency: positive sizes, the cache-format constraints (head_dim 512,
+// qk_rope_head_dim 64), divisibility (heads by o_groups, page_size by every ratio), the indexer
+// width and top-k limits. Throws Error(key name, reason).
 void validate_model_config(const ModelConfig& config);
 
 }  // namespace dsv4
