@@ -7,8 +7,8 @@
 // The reader is strict. It rejects, with Error(file, reason) where the reason names the tensor:
 //   - a file shorter than 8 bytes, a header length past the end of the file or above 100,000,000
 //     bytes (the limit of the reference implementation);
-//   - a header that is not UTF-8 JSON, not an object, nested deeper than 8 levels, or that repeats
-//     a key in any object;
+//   - a header that is not UTF-8 JSON (or holds a NUL byte), is not an object, nests deeper than
+//     8 levels, or repeats a key in any object;
 //   - "__metadata__" that is not an object of strings;
 //   - a tensor entry that is not an object, lacks `dtype` (string), `shape` (array of non-negative
 //     integers) or `data_offsets` (two non-negative integers), or whose dtype is not one of F64,
@@ -17,8 +17,8 @@
 //   - a shape whose element count (or byte size) overflows 64-bit integers;
 //   - data_offsets with begin > end, end past the buffer, or end − begin ≠ numel · dtype size;
 //   - tensors whose byte ranges overlap, leave a gap, or do not cover the data buffer exactly
-//     (sorted by offset, the ranges must tile [0, buffer size); empty tensors may sit anywhere
-//     on a boundary).
+//     (sorted by offset, the ranges must tile [0, buffer size); an empty tensor may sit on any
+//     boundary between ranges, not inside one).
 // It never reads outside the mapping. (A file truncated by another process while mapped can
 // still raise SIGBUS; that is outside what a reader can check.)
 #pragma once

@@ -94,6 +94,10 @@ std::string describe(const nlohmann::json& value) {
 // Parses the header JSON, rejecting invalid UTF-8/JSON, repeated keys in any object and nesting
 // beyond kMaxJsonDepth (nlohmann::json would silently keep the last of two equal keys).
 nlohmann::json parse_header_json(const char* text, std::size_t length, const std::string& file) {
+  // nlohmann::json ends its input at a NUL byte; valid JSON text never contains one.
+  if (const void* nul = std::memchr(text, 0, length)) {
+    throw Error(file, "header contains a NUL byte at offset " + std::to_string(static_cast<const char*>(nul) - text));
+  }
   std::vector<std::set<std::string>> keys_per_open_object;
   auto on_event = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using Event = nlohmann::json::parse_event_t;
