@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <random>
@@ -203,6 +204,59 @@ inline double normwise_error(const std::vector<float>& got, const std::vector<fl
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
   return scale > 0 ? worst / scale : worst;
+}
+
+// Distance between two encodings of one value: codes of the same sign compare by magnitude order
+// (e4m3, e2m1 and bf16 codes increase with magnitude); opposite signs count as far apart unless
+// both are zero.
+inline int code_steps(unsigned a, unsigned b, unsigned sign_bit) {
+  const unsigned ma = a & (sign_bit - 1), mb = b & (sign_bit - 1);
+  if ((a & sign_bit) != (b & sign_bit) && !(ma == 0 && mb == 0)) return static_cast<int>(ma + mb);
+  return std::abs(static_cast<int>(ma) - static_cast<int>(mb));
+}
+
+struct EntryDiff {
+  int values = 0;      // values compared
+  int different = 0;   // values whose code differs
+  int max_steps = 0;   // largest code distance
+};
+
+// Compares two gathered entries value by value (README byte order).
+inline EntryDiff compare_entry(const EntryLayout& layout, const std::uint8_t* got, const std::uint8_t* want) {
+  EntryDiff d;
+  const auto note = [&](int steps) {
+    ++d.values;
+    if (steps) ++d.different;
+    d.max_steps = std::max(d.max_steps, steps);
+  };
+  switch (layout.kind) {
+    case EntryKind::Attention: {
+      for (int k = 0; k < 448; ++k) note(code_steps(got[k], want[k], 0x80));
+      for (int k = 0; k < 64; ++k) {
+        const unsigned g = got[448 + 2 * k] | (got[449 + 2 * k] << 8), w = want[448 + 2 * k] | (want[449 + 2 * k] << 8);
+        note(code_steps(g, w, 0x8000));
+      }
+      for (int k = 576; k < 584; ++k) note(std::abs(got[k] - want[k]));
+      break;
+    }
+    case EntryKind::IndexerFP8: {
+      for (int k = 0; k < layout.dim; ++k) note(code_steps(got[k], want[k], 0x80));
+      float g, w;
+      std::memcpy(&g, got + layout.dim, 4);
+      std::memcpy(&w, want + layout.dim, 4);
+      note(g == w ? 0 : (std::fabs(g - w) <= 1e-6f * std::fabs(w) ? 1 : 99));
+      break;
+    }
+    case EntryKind::IndexerFP4: {
+      for (int k = 0; k < layout.dim; ++k) {
+        const unsigned g = (got[k / 2] >> (4 * (k % 2))) & 0xf, w = (want[k / 2] >> (4 * (k % 2))) & 0xf;
+        note(code_steps(g, w, 0x8));
+      }
+      for (int k = layout.dim / 2; k < layout.entry_bytes(); ++k) note(std::abs(got[k] - want[k]));
+      break;
+    }
+  }
+  return d;
 }
 
 // Everything a failed call must leave as it was: state bytes, token counts, cache bytes.
