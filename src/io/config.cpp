@@ -89,8 +89,8 @@ void read_rope_scaling(const Json& value, ModelConfig& config, const std::string
   }
   if (!value.is_object()) throw Error("rope_scaling", "expected an object or null, got " + value.dump() + " in " + source);
   const KeyReader scaling(value, "rope_scaling.", source);
-  // Older configs spell the kind "type", newer ones "rope_type".
-  const char* type_key = scaling.has("type") ? "type" : "rope_type";
+  // The published configs spell the kind "type"; newer transformers versions write "rope_type".
+  const char* type_key = !scaling.has("type") && scaling.has("rope_type") ? "rope_type" : "type";
   const auto& type = scaling.value(type_key);
   if (!type.is_string() || type.get<std::string>() != "yarn") {
     throw Error(scaling.name(type_key), "only \"yarn\" is supported, got " + type.dump() + " in " + source);
