@@ -406,7 +406,7 @@ const std::string kOneTensor = R"("t":{"dtype":"F32","shape":[2],"data_offsets":
 TEST(SafetensorsMalformed, LengthField) {
   expect_rejected(Bytes{}, "file is 0 bytes, shorter than the 8-byte header length");
   expect_rejected(Bytes(7), "file is 7 bytes");
-  expect_rejected(image_with_header("{}", {}, 3), "header length 3 runs past");  // "{}" cut to... 3 > 2 bytes present
+  expect_rejected(image_with_header("{}", {}, 3), "header length 3 runs past");
   expect_rejected(image_with_header("{}  ", {}, 5), "header length 5 runs past the end of the file (4 bytes follow");
   expect_rejected(image_with_header("{}", {}, std::uint64_t{1} << 63), "exceeds the limit of 100000000 bytes");
   expect_rejected(image_with_header("{}", {}, 100'000'001), "exceeds the limit");
