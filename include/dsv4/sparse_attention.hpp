@@ -1,0 +1,80 @@
+// dsv4/sparse_attention.hpp — sparse multi-query attention over the FP8 caches, with sink (SPEC §8 steps 4–6).
+//
+// Every query row attends to its own candidates: a list of physical slots in the window (raw token)
+// cache and a list in the compressed cache, both pools in the 584-byte entry layout of SPEC §5.1.
+// All heads of a row share the candidates; the decoded 512-wide entry is both key and value:
+//
+//   z_i = q_h · e_i · softmax_scale          over the row's valid candidates e_i
+//   M   = max(max_i z_i, sink_h)
+//   o_h = Σ_i exp(z_i − M) e_i / (Σ_i exp(z_i − M) + exp(sink_h − M))      → bf16
+//   lse = M + log(Σ_i exp(z_i − M) + exp(sink_h − M))                       (natural log, sink included)
+//
+// then optionally the inverse RoPE of the last 64 dims (SPEC §8 step 6) on the bf16 output.
+// Decode (B requests × next_n rows) and prefill (ragged tokens) are the same call: a row is a row.
+//
+// Backends: the tensors' device picks the CPU reference (double accumulation) or the CUDA kernels
+// (sm_90a). The CUDA result of a row never depends on the other rows or on the batch size (see
+// SparseAttentionOptions::split_candidates).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "dsv4/tensor.hpp"
+
+namespace dsv4 {
+
+// A paged pool of 584-byte attention entries: `pages` is U8 [num_pages, page_bytes] with
+// page_bytes = AttentionEntryFormat::page_bytes(entries_per_page). Slot s lives in page
+// s / entries_per_page at index s mod entries_per_page.
+struct AttentionPoolView {
+  TensorView pages;          // U8 [num_pages, page_bytes]
+  int entries_per_page = 0;  // P for the window cache, P/m for a compressed cache
+};
+
+struct SparseAttentionOptions {
+  // Multiplies q·e (SPEC: 1/sqrt(d), d = 512). Must be finite and positive.
+  float softmax_scale = 1.0f / std::sqrt(512.0f);
+  // Fused inverse RoPE of each head's last 64 dims: F32 [N_q, 32] each, cos and sin of the angle of
+  // pair i at the row's position (compute them with RopeTable). Both absent (default) or both given.
+  TensorView rope_cos;
+  TensorView rope_sin;
+  // CUDA only. Candidates [0, W + K) of a row are processed in fixed chunks of this many (a multiple
+  // of 64, at most 512), each chunk by its own thread block, then merged in chunk order. A row's
+  // bytes depend on this value and on its own inputs only — keep it fixed for a model to keep batch
+  // invariance. Smaller: lower latency at small batches; larger: less merge traffic at large ones.
+  int split_candidates = 512;
+  // CUDA only, optional: scratch of sparse_attention_workspace_bytes() bytes (U8, on the GPU),
+  // zero-filled once when allocated; the kernels leave it zeroed again. Without it, each call
+  // allocates and clears its own (stream-ordered).
+  TensorView workspace;
+  // CUDA only: the cudaStream_t to run on (nullptr: the default stream).
+  void* stream = nullptr;
+};
+
+// Runs the attention for N_q query rows.
+//   q                  BF16 [N_q, H, 512], any H ≥ 1
+//   window_cache       pool of the raw-token (SWA) entries
+//   compressed_cache   pool of the compressed entries
+//   window_slots       I32 [N_q, W]: physical slots in window_cache, −1 = none (W ≥ 0)
+//   compressed_slots   I32 [N_q, K]: physical slots in compressed_cache, −1 = none (K ≥ 0)
+//   attn_sink          F32 [H], per head, natural-log units (−inf: no sink; NaN / +inf are errors on the CPU)
+//   out                BF16 [N_q, H, 512], written entirely
+//   lse                F32 [N_q, H], written entirely (−inf for a row without candidates or sink)
+// A row without valid candidates gives a zero output. Slot 0 is the pool's null entry and is read
+// like any other. Every tensor must be on the same device; on CUDA, q, out and the pools must be
+// 16-byte aligned. Throws Error naming the argument for any violation before anything is written;
+// on the CPU a slot outside [−1, num_slots) is such an error, on CUDA (where slots stay on the
+// device) it is treated as −1.
+void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache,
+                      const AttentionPoolView& compressed_cache, const TensorView& window_slots,
+                      const TensorView& compressed_slots, const TensorView& attn_sink, const TensorView& out,
+                      const TensorView& lse, const SparseAttentionOptions& options = {});
+
+// Bytes of the CUDA workspace for N_q rows of H heads over W + K candidates with `split_candidates`
+// (0 when no row needs more than one chunk). Throws Error("options", ...) on an invalid split.
+std::size_t sparse_attention_workspace_bytes(std::int64_t num_rows, std::int64_t num_heads,
+                                             std::int64_t num_candidates, int split_candidates = 512);
+
+}  // namespace dsv4

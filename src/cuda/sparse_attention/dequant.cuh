@@ -1,0 +1,47 @@
+// src/cuda/sparse_attention/dequant.cuh — e4m3 codes with a ue8m0 block scale → exact bf16 (SPEC §5.1).
+//
+// Field shift instead of a cvt chain (KERNELS.md §4): an e4m3 byte s.eeee.mmm moved to bits 15 | 10..4
+// of a 16-bit lane is the bf16 s.0000eeee.mmm0000, i.e. the code's value times 2^-120 — subnormal
+// codes (eeee = 0) included, they land on bf16 subnormals. One multiply by the power of two
+// 2^120 · 2^(e−127) = 2^(e−7) restores the value; a bf16 product by a power of two is exact unless
+// it leaves the range, so the result equals float_from_e4m3(code) · float_from_ue8m0(e) rounded to
+// bf16, which is that value itself (4 significant bits). NaN codes (0x7f/0xff, never written by the
+// encoder) decode to a finite ±480 · scale instead of NaN.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/sparse_attention/ptx.cuh"
+
+namespace dsv4::cuda::sparse_attention {
+
+// Two codes (bytes picked by `selector` from `four`) → bf16x2 of their values times 2^-120.
+// selector 0x1404 takes bytes 0 and 1, 0x3424 bytes 2 and 3, each into the high byte of its lane.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_bf16x2_times_2pow_m120(std::uint32_t four, std::uint32_t selector) {
+  const std::uint32_t t = __byte_perm(four, 0u, selector);
+  return (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
+}
+
+// bf16x2 with both halves 2^(field − 127) (1 ≤ field ≤ 254).
+__device__ __forceinline__ std::uint32_t bf16x2_power_of_two(std::uint32_t field) { return field * 0x00800080u; }
+
+// Largest scale byte for which 2^(e−7) is a normal bf16, so one multiply does.
+inline constexpr std::uint32_t kSingleMultiplyMaxScale = 134;
+
+// Eight codes (`codes`.x bytes 0..3 then .y bytes 0..3) with scale byte `e` → eight bf16, in order.
+__device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, std::uint32_t e) {
+  std::uint32_t v[4] = {e4m3x2_to_bf16x2_times_2pow_m120(codes.x, 0x1404), e4m3x2_to_bf16x2_times_2pow_m120(codes.x, 0x3424),
+                        e4m3x2_to_bf16x2_times_2pow_m120(codes.y, 0x1404), e4m3x2_to_bf16x2_times_2pow_m120(codes.y, 0x3424)};
+  if (e <= kSingleMultiplyMaxScale) {
+    const std::uint32_t factor = bf16x2_power_of_two(e + 120);  // 2^(e−7)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = ptx::mul_bf16x2(v[i], factor);
+  } else {  // 2^(e−7) is past bf16's range: go through 2^120 first
+    const std::uint32_t up = bf16x2_power_of_two(247), scale = bf16x2_power_of_two(e);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = ptx::mul_bf16x2(ptx::mul_bf16x2(v[i], up), scale);
+  }
+  return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+}  // namespace dsv4::cuda::sparse_attention

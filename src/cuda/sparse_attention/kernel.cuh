@@ -1,0 +1,440 @@
+// src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel (sm_90a, mma.sync bf16).
+//
+// Grid: one thread block per (query row, head tile, chunk of split_candidates candidates), ordered
+// with a row's chunks adjacent. Per 64-candidate block of the chunk:
+//   gather   16-byte cp.async of the 64 entries' 576 data bytes + 8 scale bytes (double-buffered,
+//            one block ahead; −1 / out-of-pool slots zero-fill and are masked)
+//   dequant  e4m3 · ue8m0 → bf16 by field shift (dequant.cuh), into one K(=V) tile
+//   S = Q·Kᵀ mma.sync m16n8k16, scores in base 2, invalid candidates −inf
+//   softmax  running max / sum per head, exchanged between the 4 column warps through shared memory
+//   O += P·V mma.sync with P from shared memory and V = the K tile read transposed
+// A row of one chunk normalizes in registers; a row of several chunks writes its unnormalized O
+// and (max, sum) per chunk, and the last chunk to arrive merges them in chunk order. Both paths go
+// through the same merge arithmetic (merge_weights / accumulate_chunk / finish_pair), so a row's
+// bytes depend only on its own inputs and on split_candidates: no atomics touch the sums.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "cuda/sparse_attention/config.cuh"
+#include "cuda/sparse_attention/dequant.cuh"
+#include "cuda/sparse_attention/ptx.cuh"
+
+namespace dsv4::cuda::sparse_attention {
+
+// ---- merge arithmetic shared by the one-chunk and the several-chunk paths ------------------------
+// Every step is an explicitly rounded operation, so the compiler cannot contract the two paths
+// differently.
+
+struct RowNormalizer {
+  float max_safe;   // max(chunk maxima, sink) in base 2, or 0 when that is −inf
+  float inv_denom;  // 1 / (Σ_c l_c·2^(m_c − max) + 2^(sink − max)), 0 for an empty row
+  float lse;        // natural-log log-sum-exp, sink included (−inf for an empty row)
+};
+
+__device__ __forceinline__ float chunk_weight(float chunk_max, float max_safe) {
+  return chunk_max == -INFINITY ? 0.0f : exp2f(__fsub_rn(chunk_max, max_safe));
+}
+
+// `stats(c)` returns chunk c's (max in base 2, Σp) as a float2; `sink2` is the sink in base 2.
+template <class ChunkStats>
+__device__ __forceinline__ RowNormalizer merge_weights(int num_chunks, ChunkStats stats, float sink2) {
+  float m = sink2;
+  for (int c = 0; c < num_chunks; ++c) m = fmaxf(m, stats(c).x);
+  RowNormalizer r;
+  r.max_safe = m == -INFINITY ? 0.0f : m;
+  float denom = 0.0f;
+  for (int c = 0; c < num_chunks; ++c) {
+    const float2 s = stats(c);
+    const float w = chunk_weight(s.x, r.max_safe);
+    if (w != 0.0f) denom = __fmaf_rn(s.y, w, denom);
+  }
+  denom = __fadd_rn(denom, exp2f(__fsub_rn(sink2, r.max_safe)));
+  r.inv_denom = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
+  r.lse = denom > 0.0f ? __fmul_rn(__fadd_rn(r.max_safe, log2f(denom)), kLn2) : -INFINITY;
+  return r;
+}
+
+__device__ __forceinline__ float accumulate_chunk(float acc, float chunk_out, float weight) {
+  return weight != 0.0f ? __fmaf_rn(chunk_out, weight, acc) : acc;
+}
+
+// Output dims (d, d+1), d even: normalize, round to bf16, and for d ≥ 448 with tables apply the
+// inverse RoPE rotation (a, b) → (a·cos + b·sin, b·cos − a·sin) and round again. Returns bf16x2.
+__device__ __forceinline__ std::uint32_t finish_pair(float acc0, float acc1, float inv_denom, int d,
+                                                     const float* rope_cos, const float* rope_sin /*[32] or null*/) {
+  float a = __bfloat162float(__float2bfloat16_rn(__fmul_rn(acc0, inv_denom)));
+  float b = __bfloat162float(__float2bfloat16_rn(__fmul_rn(acc1, inv_denom)));
+  if (rope_cos != nullptr && d >= Entry::kNopeDim) {
+    const int pair = (d - Entry::kNopeDim) / 2;
+    const float c = rope_cos[pair], s = rope_sin[pair];
+    const float ra = __fmaf_rn(a, c, __fmul_rn(b, s));
+    const float rb = __fmaf_rn(b, c, -__fmul_rn(a, s));
+    a = ra;
+    b = rb;
+  }
+  return ptx::pack_bf16x2(a, b);
+}
+
+// ---- pieces of the main loop ----------------------------------------------------------------
+
+// Slot of candidate `c` (0 ≤ c < W + K) of `row`, or −1 when none / outside its pool.
+__device__ __forceinline__ int resolve_slot(const SparseAttentionParams& p, std::int64_t row, int c) {
+  std::int32_t slot;
+  std::int64_t pool_slots;
+  if (c < p.window_width) {
+    slot = p.window_slots[row * p.window_width + c];
+    pool_slots = p.window.num_slots;
+  } else {
+    slot = p.compressed_slots[row * p.compressed_width + (c - p.window_width)];
+    pool_slots = p.compressed.num_slots;
+  }
+  return (slot >= 0 && slot < pool_slots) ? slot : -1;
+}
+
+// Issues the cp.async copies of block `block` (64 candidates) of the chunk into `stage`
+// ([64 × 576 data][64 × 8 scales]). Four threads per candidate, nine 16-byte pieces each.
+template <int kThreads>
+__device__ __forceinline__ void gather_block(const SparseAttentionParams& p, const int* s_slots /*[512]*/,
+                                             int chunk_begin, int block, std::uint8_t* stage, int tid) {
+  constexpr int kThreadsPerEntry = 4;
+  constexpr int kPieces = Entry::kDataBytes / 16;  // 36
+  const int sub = tid % kThreadsPerEntry;
+  for (int e = tid / kThreadsPerEntry; e < kBlock; e += kThreads / kThreadsPerEntry) {
+    const int c = block * kBlock + e;
+    const int slot = s_slots[c];
+    const bool valid = slot >= 0;
+    const bool in_window = chunk_begin + c < p.window_width;
+    const std::uint8_t* pages = in_window ? p.window.pages : p.compressed.pages;
+    const std::int64_t page_bytes = in_window ? p.window.page_bytes : p.compressed.page_bytes;
+    const int per_page = in_window ? p.window.entries_per_page : p.compressed.entries_per_page;
+    // Masked entries read nothing; the source address only has to be a legal pointer (q).
+    const std::uint8_t* fallback = reinterpret_cast<const std::uint8_t*>(p.q);
+    const int page = valid ? slot / per_page : 0;
+    const int index = valid ? slot - page * per_page : 0;
+    const std::uint8_t* page_base = pages + static_cast<std::int64_t>(page) * page_bytes;
+    const std::uint8_t* data = valid ? page_base + Entry::data_offset(index) : fallback;
+    const std::uint8_t* scales = valid ? page_base + Entry::scale_offset(index, per_page) : fallback;
+    std::uint8_t* dst = stage + e * Entry::kDataBytes;
+#pragma unroll
+    for (int k = sub; k < kPieces; k += kThreadsPerEntry) ptx::cp_async_16(dst + k * 16, data + k * 16, valid);
+    if (sub == 0) ptx::cp_async_8(stage + kRawDataBytes + e * Entry::kScaleBytes, scales, valid);
+  }
+}
+
+// Raw stage → bf16 K tile [64][kRowPitch]: 56 chunks of 8 e4m3 codes and 8 chunks of 8 RoPE bf16
+// per candidate, one 16-byte store each. Zero-filled (masked) entries decode to zeros.
+template <int kThreads>
+__device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std::uint16_t* s_k, int tid) {
+  constexpr int kChunks = kDim / 8;                    // 64 per candidate
+  constexpr int kNopeChunks = Entry::kNopeDim / 8;      // 56
+  for (int job = tid; job < kBlock * kChunks; job += kThreads) {
+    const int e = job / kChunks, k = job % kChunks;
+    const std::uint8_t* raw = stage + e * Entry::kDataBytes;
+    std::uint16_t* dst = s_k + e * kRowPitch + k * 8;
+    uint4 v;
+    if (k < kNopeChunks) {
+      const uint2 codes = *reinterpret_cast<const uint2*>(raw + k * 8);
+      const std::uint32_t scale = stage[kRawDataBytes + e * Entry::kScaleBytes + k / (Entry::kQuantBlock / 8)];
+      v = dequantize_e4m3x8(codes, scale);
+    } else {
+      v = *reinterpret_cast<const uint4*>(raw + Entry::kNopeDim + (k - kNopeChunks) * 16);
+    }
+    *reinterpret_cast<uint4*>(dst) = v;
+  }
+}
+
+// ---- the kernel -------------------------------------------------------------------------------
+
+template <int kHeadTile>
+__global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
+    sparse_attention_kernel(const __grid_constant__ SparseAttentionParams p) {
+  using T = Traits<kHeadTile>;
+  constexpr int kMT = T::kMTiles;
+  constexpr int kThreads = T::kThreads;
+  extern __shared__ __align__(128) std::uint8_t smem[];
+  auto* s_q = reinterpret_cast<std::uint16_t*>(smem + T::kQ);         // [kHeadTile][kRowPitch] bf16
+  auto* s_k = reinterpret_cast<std::uint16_t*>(smem + T::kK);         // [64][kRowPitch] bf16
+  std::uint8_t* s_raw = smem + T::kRaw;                               // [2][kRawStageBytes]
+  auto* s_prob = reinterpret_cast<std::uint16_t*>(smem + T::kProb);   // [kHeadTile][kProbPitch] bf16
+  auto* s_row_max = reinterpret_cast<float*>(smem + T::kRowMax);      // [4][kHeadTile]
+  auto* s_row_sum = reinterpret_cast<float*>(smem + T::kRowSum);      // [4][kHeadTile]
+  auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [512]
+  auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [8] live block numbers
+  int& s_num_live = s_live[kMaxBlocksPerSplit];
+  int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int row_warp = warp / kColumnWarps, col_warp = warp % kColumnWarps;
+  const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
+
+  const int head_tiles = (p.num_heads + kHeadTile - 1) / kHeadTile;
+  const int chunk = static_cast<int>(blockIdx.x % p.num_splits);
+  const int tile_row = static_cast<int>(blockIdx.x / p.num_splits);
+  const int head0 = (tile_row % head_tiles) * kHeadTile;
+  const std::int64_t row = tile_row / head_tiles;
+  const int total = p.window_width + p.compressed_width;
+  const int chunk_begin = chunk * p.split_candidates;
+  const int chunk_count = max(0, min(p.split_candidates, total - chunk_begin));
+  const int num_blocks = (chunk_count + kBlock - 1) / kBlock;
+
+  // Q tile (heads past num_heads zero-filled) and the chunk's slot table.
+  for (int i = tid; i < kHeadTile * (kDim / 8); i += kThreads) {
+    const int h = i / (kDim / 8), k = i % (kDim / 8);
+    const bool valid = head0 + h < p.num_heads;
+    const std::uint16_t* src = valid ? p.q + ((row * p.num_heads + head0 + h) * kDim + k * 8) : p.q;
+    ptx::cp_async_16(s_q + h * kRowPitch + k * 8, src, valid);
+  }
+  for (int i = tid; i < num_blocks * kBlock; i += kThreads)
+    s_slots[i] = i < chunk_count ? resolve_slot(p, row, chunk_begin + i) : -1;
+  __syncthreads();
+  if (tid == 0) {  // blocks without any valid candidate are skipped (they would change nothing)
+    int live = 0;
+    for (int b = 0; b < num_blocks; ++b) {
+      bool any = false;
+      for (int e = 0; e < kBlock; ++e) any |= s_slots[b * kBlock + e] >= 0;
+      if (any) s_live[live++] = b;
+    }
+    s_num_live = live;
+  }
+  __syncthreads();
+  const int num_live = s_num_live;
+  if (num_live > 0) gather_block<kThreads>(p, s_slots, chunk_begin, s_live[0], s_raw, tid);
+  ptx::cp_async_commit();
+
+  // Per thread: rows (head within tile) of its fragments and the running softmax state.
+  int frag_row[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) frag_row[mt][half] = (row_warp * kMT + mt) * 16 + half * 8 + group;
+  float run_max[kMT][2], run_sum[kMT][2];
+  float acc_o[kMT][kDimsPerWarp / 8][4];  // O fragments: 16 n-tiles of 8 output dims
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) run_max[mt][half] = -INFINITY, run_sum[mt][half] = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kDimsPerWarp / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc_o[mt][nt][i] = 0.0f;
+  }
+
+  for (int it = 0; it < num_live; ++it) {
+    const int block = s_live[it];
+    std::uint8_t* stage = s_raw + (it % 2) * kRawStageBytes;
+    ptx::cp_async_wait_all();
+    __syncthreads();  // block `it` landed everywhere; the K and P tiles of the last block are free
+    if (it + 1 < num_live)
+      gather_block<kThreads>(p, s_slots, chunk_begin, s_live[it + 1], s_raw + ((it + 1) % 2) * kRawStageBytes, tid);
+    ptx::cp_async_commit();
+    dequantize_block<kThreads>(stage, s_k, tid);
+    __syncthreads();
+
+    // S = Q·Kᵀ for this warp's heads × its 16 candidates, over all 512 dims.
+    float acc_s[kMT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = 0.0f;
+    const std::uint16_t* k_rows = s_k + (col_warp * kCandidatesPerWarp + lane % 8 + (lane / 16) * 8) * kRowPitch +
+                                  ((lane / 8) % 2) * 8;
+#pragma unroll 4
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+      std::uint32_t b[4];
+      ptx::ldmatrix_x4(b, k_rows + kk * 16);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        std::uint32_t a[4];
+        ptx::ldmatrix_x4(a, s_q + ((row_warp * kMT + mt) * 16 + lane % 16) * kRowPitch + kk * 16 + (lane / 16) * 8);
+        ptx::mma_bf16_16816(acc_s[mt][0], a, b[0], b[1]);
+        ptx::mma_bf16_16816(acc_s[mt][1], a, b[2], b[3]);
+      }
+    }
+
+    // Scores in base 2, masked; the block maximum of each head across the 4 column warps.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float m = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2 + j;
+            float& s = acc_s[mt][nt][half * 2 + j];
+            s = s_slots[block * kBlock + cand] >= 0 ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+            m = fmaxf(m, s);
+          }
+        }
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        if (quad == 0) s_row_max[col_warp * kHeadTile + frag_row[mt][half]] = m;
+      }
+    }
+    __syncthreads();
+
+    // Probabilities (bf16, to shared memory for P·V) and their per-warp sums.
+    float rescale[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = frag_row[mt][half];
+        float block_max = s_row_max[r];
+#pragma unroll
+        for (int w = 1; w < kColumnWarps; ++w) block_max = fmaxf(block_max, s_row_max[w * kHeadTile + r]);
+        const float new_max = fmaxf(run_max[mt][half], block_max);
+        const float max_safe = new_max == -INFINITY ? 0.0f : new_max;
+        rescale[mt][half] = exp2f(__fsub_rn(run_max[mt][half], max_safe));
+        run_max[mt][half] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const std::uint32_t pr = ptx::pack_bf16x2(exp2f(__fsub_rn(acc_s[mt][nt][half * 2], max_safe)),
+                                                    exp2f(__fsub_rn(acc_s[mt][nt][half * 2 + 1], max_safe)));
+          const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2;
+          *reinterpret_cast<std::uint32_t*>(s_prob + r * kProbPitch + cand) = pr;
+          // Sum what P·V will use: the bf16-rounded probabilities.
+          sum = __fadd_rn(sum, __uint_as_float(pr << 16));
+          sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+        }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        if (quad == 0) s_row_sum[col_warp * kHeadTile + r] = sum;
+      }
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = frag_row[mt][half];
+        float block_sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kColumnWarps; ++w) block_sum = __fadd_rn(block_sum, s_row_sum[w * kHeadTile + r]);
+        run_sum[mt][half] = __fmaf_rn(run_sum[mt][half], rescale[mt][half], block_sum);
+#pragma unroll
+        for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
+          acc_o[mt][nt][half * 2] = __fmul_rn(acc_o[mt][nt][half * 2], rescale[mt][half]);
+          acc_o[mt][nt][half * 2 + 1] = __fmul_rn(acc_o[mt][nt][half * 2 + 1], rescale[mt][half]);
+        }
+      }
+    }
+
+    // O += P·V for this warp's heads × its 128 output dims; V is the K tile read transposed.
+    const std::uint16_t* v_rows =
+        s_k + (lane % 8 + ((lane / 8) % 2) * 8) * kRowPitch + col_warp * kDimsPerWarp + (lane / 16) * 8;
+#pragma unroll
+    for (int kk = 0; kk < kBlock / 16; ++kk) {
+      std::uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        ptx::ldmatrix_x4(a[mt], s_prob + ((row_warp * kMT + mt) * 16 + lane % 16) * kProbPitch + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int np = 0; np < kDimsPerWarp / 16; ++np) {
+        std::uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, v_rows + kk * 16 * kRowPitch + np * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ptx::mma_bf16_16816(acc_o[mt][2 * np], a[mt], b[0], b[1]);
+          ptx::mma_bf16_16816(acc_o[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  ptx::cp_async_wait_all();  // the Q copies when no block was live
+
+  const std::int64_t out_row = row * p.num_heads;
+  const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
+  const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
+
+  if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int h = head0 + frag_row[mt][half];
+        if (h >= p.num_heads) continue;
+        const float m = run_max[mt][half], l = run_sum[mt][half];
+        const RowNormalizer n =
+            merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
+        const float w = chunk_weight(m, n.max_safe);
+        std::uint16_t* out = p.out + (out_row + h) * kDim;
+#pragma unroll
+        for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
+          const int d = col_warp * kDimsPerWarp + nt * 8 + quad * 2;
+          *reinterpret_cast<std::uint32_t*>(out + d) =
+              finish_pair(accumulate_chunk(0.0f, acc_o[mt][nt][half * 2], w),
+                          accumulate_chunk(0.0f, acc_o[mt][nt][half * 2 + 1], w), n.inv_denom, d, rope_cos, rope_sin);
+        }
+        if (col_warp == 0 && quad == 0) p.lse[out_row + h] = n.lse;
+      }
+    }
+    return;
+  }
+
+  // Several chunks: publish this one, then the last to arrive merges all of them in order.
+  const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int h = head0 + frag_row[mt][half];
+      if (h >= p.num_heads) continue;
+      const std::int64_t slot = (chunk_base + chunk) * p.num_heads + h;
+      float* out = p.partial_out + slot * kDim;
+#pragma unroll
+      for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
+        const int d = col_warp * kDimsPerWarp + nt * 8 + quad * 2;
+        *reinterpret_cast<float2*>(out + d) = make_float2(acc_o[mt][nt][half * 2], acc_o[mt][nt][half * 2 + 1]);
+      }
+      if (col_warp == 0 && quad == 0)
+        *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[mt][half], run_sum[mt][half]);
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16;
+  if (tid == 0) {
+    __threadfence();
+    s_is_last = atomicAdd(arrivals, 1) == p.num_splits - 1;
+  }
+  __syncthreads();
+  if (!s_is_last) return;
+  __threadfence();
+
+  const int tile_heads = min(kHeadTile, p.num_heads - head0);
+  for (int i = tid; i < tile_heads * (kDim / 4); i += kThreads) {
+    const int h = head0 + i / (kDim / 4), d = (i % (kDim / 4)) * 4;
+    const float* stats = p.partial_stats + (chunk_base * p.num_heads + h) * 2;  // chunk c at + c·num_heads·2
+    const auto chunk_stats = [&](int c) {
+      return __ldcg(reinterpret_cast<const float2*>(stats + static_cast<std::int64_t>(c) * p.num_heads * 2));
+    };
+    const RowNormalizer n = merge_weights(p.num_splits, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < p.num_splits; ++c) {
+      const float w = chunk_weight(chunk_stats(c).x, n.max_safe);
+      if (w == 0.0f) continue;
+      const float4 o = __ldcg(reinterpret_cast<const float4*>(
+          p.partial_out + ((chunk_base + c) * p.num_heads + h) * kDim + d));
+      acc.x = accumulate_chunk(acc.x, o.x, w);
+      acc.y = accumulate_chunk(acc.y, o.y, w);
+      acc.z = accumulate_chunk(acc.z, o.z, w);
+      acc.w = accumulate_chunk(acc.w, o.w, w);
+    }
+    std::uint16_t* out = p.out + (out_row + h) * kDim + d;
+    *reinterpret_cast<uint2*>(out) = make_uint2(finish_pair(acc.x, acc.y, n.inv_denom, d, rope_cos, rope_sin),
+                                                finish_pair(acc.z, acc.w, n.inv_denom, d + 2, rope_cos, rope_sin));
+    if (d == 0) p.lse[out_row + h] = n.lse;
+  }
+  if (tid == 0) *arrivals = 0;  // every chunk has arrived: leave the counter clean for the next call
+}
+
+}  // namespace dsv4::cuda::sparse_attention

@@ -1,0 +1,66 @@
+// src/cuda/sparse_attention/params.hpp — what the host hands the sparse attention kernels.
+//
+// Plain C++ (no CUDA types), so the dispatcher in src/ops can fill it; everything is validated there.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dsv4::cuda {
+
+// One paged pool of 584-byte entries (cache_format.hpp: AttentionEntryFormat).
+struct AttentionPool {
+  const std::uint8_t* pages = nullptr;  // [num_pages, page_bytes], 16-byte aligned
+  std::int64_t page_bytes = 0;          // AttentionEntryFormat::page_bytes(entries_per_page)
+  std::int32_t entries_per_page = 0;
+  std::int64_t num_slots = 0;           // num_pages · entries_per_page; slots outside [0, num_slots) are masked
+};
+
+struct SparseAttentionParams {
+  const std::uint16_t* q = nullptr;            // bf16 [num_rows, num_heads, 512], 16-byte aligned
+  AttentionPool window;                        // the raw-token (SWA) pool
+  AttentionPool compressed;                    // the compressed pool
+  const std::int32_t* window_slots = nullptr;  // [num_rows, window_width], −1 = none (may be null if width 0)
+  const std::int32_t* compressed_slots = nullptr;  // [num_rows, compressed_width] (may be null if width 0)
+  const float* attn_sink = nullptr;            // [num_heads]
+  const float* rope_cos = nullptr;             // [num_rows, 32] or null (no inverse RoPE)
+  const float* rope_sin = nullptr;             // [num_rows, 32] or null
+  std::uint16_t* out = nullptr;                // bf16 [num_rows, num_heads, 512]
+  float* lse = nullptr;                        // [num_rows, num_heads]
+  std::int32_t num_rows = 0;
+  std::int32_t num_heads = 0;
+  std::int32_t window_width = 0;               // W: window slots per row
+  std::int32_t compressed_width = 0;           // K: compressed slots per row
+  float score_scale_log2 = 0;                  // softmax_scale · log2(e): scores are kept in base 2
+  std::int32_t split_candidates = 0;           // candidates per chunk (multiple of 64, ≤ kMaxSplitCandidates)
+  std::int32_t num_splits = 0;                 // ceil((W + K) / split_candidates), ≥ 1
+  // Scratch for rows of more than one chunk (null when num_splits == 1), see workspace_layout():
+  float* partial_out = nullptr;                // [num_rows, num_splits, num_heads, 512] unnormalized O
+  float* partial_stats = nullptr;              // [num_rows, num_splits, num_heads, 2] (max in base 2, Σp)
+  std::int32_t* arrivals = nullptr;            // [num_rows, ceil(num_heads / 16)] chunk counters, zero between calls
+};
+
+// Largest split_candidates the kernels' shared slot table holds.
+inline constexpr int kMaxSplitCandidates = 512;
+inline constexpr int kCandidateBlock = 64;  // candidates per pipeline step; split_candidates is a multiple
+
+// Byte offsets of the three scratch arrays inside one workspace buffer.
+struct WorkspaceLayout {
+  std::size_t partial_out = 0, partial_stats = 0, arrivals = 0, total = 0;
+};
+inline WorkspaceLayout workspace_layout(std::int64_t num_rows, std::int64_t num_heads, std::int64_t num_splits) {
+  WorkspaceLayout w;
+  if (num_splits <= 1 || num_rows == 0) return w;
+  const auto align = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  const std::size_t n = static_cast<std::size_t>(num_rows);
+  w.partial_out = 0;
+  w.partial_stats = align(n * num_splits * num_heads * 512 * sizeof(float));
+  w.arrivals = w.partial_stats + align(n * num_splits * num_heads * 2 * sizeof(float));
+  w.total = w.arrivals + align(n * ((num_heads + 15) / 16) * sizeof(std::int32_t));
+  return w;
+}
+
+// Runs the kernels on `stream` (a cudaStream_t). Throws Error("device", ...) on a CUDA failure.
+void launch_sparse_attention(const SparseAttentionParams& params, void* stream);
+
+}  // namespace dsv4::cuda
