@@ -1,0 +1,471 @@
+// Sparse attention on the GPU against the CPU reference (SPEC §9: relative L2 ≤ 1e-2, no NaN, every
+// element written), batch invariance (identical bytes alone and inside a batch), the exact FP8
+// dequantization, and the CUDA-side argument checks. Tests named *Sanitize* are the reduced set
+// scripts/gpu-check runs under compute-sanitizer.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cuda/sparse_attention/dequant.cuh"
+#include "dsv4/cache_format.hpp"
+#include "dsv4/entry_codec.hpp"
+#include "dsv4/formats.hpp"
+#include "dsv4/sparse_attention.hpp"
+#include "dsv4/tensor.hpp"
+#include "testing/testing.hpp"
+
+namespace dsv4 {
+namespace {
+
+using F = AttentionEntryFormat;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A pool of random entries on the host and its copy on the GPU.
+struct Pool {
+  int per_page = 0, num_pages = 0;
+  std::vector<std::uint8_t> bytes;
+  Tensor device;
+
+  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : per_page(per_page_), num_pages(num_pages_) {
+    bytes.assign(static_cast<std::size_t>(F::page_bytes(per_page) * num_pages), 0);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> v(F::kDim);
+    for (int slot = 0; slot < per_page * num_pages; ++slot) {
+      for (int k = 0; k < F::kDim; ++k) v[k] = round_to_bf16(normal(rng) * std::ldexp(1.0f, (k / 64 + slot) % 7 - 3));
+      encode_attention_entry(v.data(), bytes.data() + (slot / per_page) * F::page_bytes(per_page), slot % per_page,
+                             per_page);
+    }
+    device = Tensor::from_host(DType::U8, {num_pages, F::page_bytes(per_page)}, bytes.data(), Device::CUDA);
+  }
+  int slots() const { return per_page * num_pages; }
+  AttentionPoolView host_view() const {
+    return {TensorView{const_cast<std::uint8_t*>(bytes.data()), DType::U8, {num_pages, F::page_bytes(per_page)}},
+            per_page};
+  }
+  AttentionPoolView device_view() const { return {device.view(), per_page}; }
+};
+
+struct Outputs {
+  std::vector<std::uint16_t> out;  // bf16 [rows, heads, 512]
+  std::vector<float> lse;          // [rows, heads]
+};
+
+// One call: inputs on the host (for the reference) and on the GPU.
+struct Problem {
+  const Pool* window;
+  const Pool* compressed;
+  int rows = 0, heads = 0, window_width = 0, compressed_width = 0;
+  std::vector<std::uint16_t> q;
+  std::vector<std::int32_t> window_slots, compressed_slots;
+  std::vector<float> sink, rope_cos, rope_sin;
+
+  Problem(std::mt19937_64& rng, const Pool& w, const Pool& c, int rows_, int heads_, int ww, int cw)
+      : window(&w), compressed(&c), rows(rows_), heads(heads_), window_width(ww), compressed_width(cw) {
+    for (float x : testing::random_normal(rng, static_cast<std::size_t>(rows) * heads * F::kDim, 2.0f))
+      q.push_back(bf16_bits_from_float(x));
+    window_slots.assign(static_cast<std::size_t>(rows) * ww, -1);
+    compressed_slots.assign(static_cast<std::size_t>(rows) * cw, -1);
+    sink = testing::random_floats(rng, static_cast<std::size_t>(heads), -1.0f, 3.0f);
+  }
+
+  // Every slot random over its pool, or −1 with probability `none`.
+  void random_slots(std::mt19937_64& rng, double none) {
+    std::bernoulli_distribution missing(none);
+    std::uniform_int_distribution<int> in_window(0, window->slots() - 1), in_compressed(0, compressed->slots() - 1);
+    for (auto& s : window_slots) s = missing(rng) ? -1 : in_window(rng);
+    for (auto& s : compressed_slots) s = missing(rng) ? -1 : in_compressed(rng);
+  }
+
+  void random_rope(std::mt19937_64& rng) {
+    rope_cos.clear();
+    rope_sin.clear();
+    for (float angle : testing::random_floats(rng, static_cast<std::size_t>(rows) * 32, -3.2f, 3.2f)) {
+      rope_cos.push_back(std::cos(angle));
+      rope_sin.push_back(std::sin(angle));
+    }
+  }
+
+  Outputs run(Device device, SparseAttentionOptions options = {}) const {
+    const auto put = [&](DType t, Shape shape, const void* data) {
+      return Tensor::from_host(t, std::move(shape), data, device);
+    };
+    Tensor tq = put(DType::BF16, {rows, heads, F::kDim}, q.data());
+    Tensor tw = put(DType::I32, {rows, window_width}, window_slots.data());
+    Tensor tc = put(DType::I32, {rows, compressed_width}, compressed_slots.data());
+    Tensor ts = put(DType::F32, {heads}, sink.data());
+    Tensor out = Tensor::empty(DType::BF16, {rows, heads, F::kDim}, device);
+    Tensor lse = Tensor::empty(DType::F32, {rows, heads}, device);
+    out.fill_bytes(0xFF);  // NaN everywhere: an element left unwritten shows
+    lse.fill_bytes(0xFF);
+    Tensor cos_t, sin_t;
+    if (!rope_cos.empty()) {
+      cos_t = put(DType::F32, {rows, 32}, rope_cos.data());
+      sin_t = put(DType::F32, {rows, 32}, rope_sin.data());
+      options.rope_cos = cos_t.view();
+      options.rope_sin = sin_t.view();
+    }
+    const bool gpu = device == Device::CUDA;
+    sparse_attention(tq.view(), gpu ? window->device_view() : window->host_view(),
+                     gpu ? compressed->device_view() : compressed->host_view(), tw.view(), tc.view(), ts.view(),
+                     out.view(), lse.view(), options);
+    Outputs r;
+    r.out.resize(out.numel());
+    r.lse.resize(lse.numel());
+    Tensor host_out = out.to(Device::CPU), host_lse = lse.to(Device::CPU);
+    std::copy_n(host_out.data_as<std::uint16_t>(), r.out.size(), r.out.begin());
+    std::copy_n(host_lse.data_as<float>(), r.lse.size(), r.lse.begin());
+    return r;
+  }
+};
+
+// SPEC §9 on the GPU result against the reference.
+void expect_close(const Outputs& gpu, const Outputs& ref, const char* what) {
+  ASSERT_EQ(gpu.out.size(), ref.out.size());
+  std::vector<float> a(gpu.out.size()), b(ref.out.size());
+  std::size_t nan_out = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = float_from_bf16_bits(gpu.out[i]);
+    b[i] = float_from_bf16_bits(ref.out[i]);
+    nan_out += std::isnan(a[i]) ? 1 : 0;
+  }
+  EXPECT_EQ(nan_out, 0u) << what << ": NaN (unwritten) output elements";
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  if (den > 0) {
+    EXPECT_LE(std::sqrt(num / den), 1e-2) << what << ": relative L2";
+  } else {
+    EXPECT_EQ(num, 0.0) << what << ": the reference is all zero";
+  }
+  for (std::size_t i = 0; i < gpu.lse.size(); ++i) {
+    ASSERT_FALSE(std::isnan(gpu.lse[i])) << what << ": lse " << i << " not written";
+    if (std::isinf(ref.lse[i])) {
+      EXPECT_EQ(gpu.lse[i], ref.lse[i]) << what << ": lse " << i;
+    } else {
+      EXPECT_NEAR(gpu.lse[i], ref.lse[i], 1e-3 * std::max(1.0f, std::fabs(ref.lse[i]))) << what << ": lse " << i;
+    }
+  }
+}
+
+void expect_matches_reference(const Problem& p, const SparseAttentionOptions& options, const std::string& what) {
+  const Outputs gpu = p.run(Device::CUDA, options);  // the kernel first: recycled memory cannot fake a pass
+  const Outputs ref = p.run(Device::CPU, options);
+  expect_close(gpu, ref, what.c_str());
+}
+
+class SparseAttentionGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no CUDA device";
+  }
+  std::mt19937_64 rng{testing::fresh_seed()};
+};
+
+// ---- against the reference ----------------------------------------------------------------------
+
+TEST_F(SparseAttentionGpu, DecodeShapesMatchReference) {
+  const Pool window(rng, 64, 24), compressed(rng, 64, 24);
+  for (int heads : {16, 64, 128}) {
+    for (int next_n : {1, 2, 5, 8}) {
+      // Three requests × next_n rows; the window is the row's last 128 raw tokens through a
+      // random page table, the compressed list a random selection (some −1).
+      Problem p(rng, window, compressed, 3 * next_n, heads, 128, 512);
+      p.random_slots(rng, 0.05);
+      std::uniform_int_distribution<int> page(0, window.num_pages - 1);
+      for (int b = 0; b < 3; ++b) {
+        std::vector<int> page_table(64);
+        for (int& pg : page_table) pg = page(rng);
+        const int start = std::uniform_int_distribution<int>(0, 2000)(rng);
+        for (int j = 0; j < next_n; ++j) {
+          const int t = start + j, row = b * next_n + j;
+          for (int w = 0; w < 128; ++w) {
+            const int pos = t - 127 + w;
+            p.window_slots[row * 128 + w] = pos < 0 ? -1 : page_table[pos / 64] * 64 + pos % 64;
+          }
+        }
+      }
+      expect_matches_reference(p, {}, "H=" + std::to_string(heads) + " next_n=" + std::to_string(next_n));
+    }
+  }
+}
+
+TEST_F(SparseAttentionGpu, WindowOnlyAndSingleCandidateRows) {
+  const Pool window(rng, 64, 8), compressed(rng, 2, 40);
+  Problem window_only(rng, window, compressed, 8, 64, 128, 0);
+  window_only.random_slots(rng, 0.0);
+  expect_matches_reference(window_only, {}, "window only");
+
+  Problem single(rng, window, compressed, 12, 64, 3, 7);  // exactly one valid slot per row
+  std::uniform_int_distribution<int> where(0, 9), slot(0, 79);
+  for (int r = 0; r < 12; ++r) {
+    const int j = where(rng);
+    if (j < 3) single.window_slots[r * 3 + j] = slot(rng);
+    else single.compressed_slots[r * 7 + (j - 3)] = slot(rng);
+  }
+  expect_matches_reference(single, {}, "one candidate");
+}
+
+TEST_F(SparseAttentionGpu, RowsWithManyMissingSlotsAcrossChunks) {
+  const Pool window(rng, 64, 16), compressed(rng, 16, 64);
+  Problem p(rng, window, compressed, 10, 64, 128, 1024);  // three chunks of 512
+  p.random_slots(rng, 0.9);
+  for (int j = 0; j < 1024; ++j) p.compressed_slots[3 * 1024 + j] = -1;  // row 3: window only
+  for (int j = 0; j < 128; ++j) p.window_slots[5 * 128 + j] = -1;        // row 5: compressed only
+  for (int j = 0; j < 128; ++j) p.window_slots[7 * 128 + j] = -1;        // row 7: nothing at all
+  for (int j = 0; j < 1024; ++j) p.compressed_slots[7 * 1024 + j] = -1;
+  expect_matches_reference(p, {}, "many missing");
+}
+
+TEST_F(SparseAttentionGpu, SinkExtremes) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 8);
+  Problem p(rng, window, compressed, 6, 64, 128, 512);
+  p.random_slots(rng, 0.1);
+  for (int h = 0; h < 64; ++h) p.sink[h] = h % 3 == 0 ? -kInf : (h % 3 == 1 ? 1e4f : p.sink[h]);
+  for (int j = 0; j < 128; ++j) p.window_slots[2 * 128 + j] = -1;  // row 2 has no candidates
+  for (int j = 0; j < 512; ++j) p.compressed_slots[2 * 512 + j] = -1;
+  const Outputs gpu = p.run(Device::CUDA);
+  expect_close(gpu, p.run(Device::CPU), "sink extremes");
+  for (int r = 0; r < 6; ++r) {
+    for (int h = 1; h < 64; h += 3) {  // huge sink: exactly zero output, lse = sink
+      for (int k = 0; k < F::kDim; ++k) ASSERT_EQ(float_from_bf16_bits(gpu.out[(r * 64 + h) * 512 + k]), 0.0f);
+      EXPECT_NEAR(gpu.lse[r * 64 + h], 1e4f, 1.0f);
+    }
+  }
+  for (int h = 0; h < 64; ++h) {  // the empty row: zero output; lse = sink (−inf without sink)
+    for (int k = 0; k < F::kDim; ++k) ASSERT_EQ(float_from_bf16_bits(gpu.out[(2 * 64 + h) * 512 + k]), 0.0f);
+    if (h % 3 == 0) EXPECT_EQ(gpu.lse[2 * 64 + h], -kInf);
+  }
+}
+
+TEST_F(SparseAttentionGpu, HeadCountsThatNeedPadding) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 8);
+  for (int heads : {8, 24, 48, 80}) {
+    Problem p(rng, window, compressed, 5, heads, 128, 256);
+    p.random_slots(rng, 0.1);
+    expect_matches_reference(p, {}, "H=" + std::to_string(heads));
+  }
+}
+
+TEST_F(SparseAttentionGpu, SplitSizesMatchReference) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 24);
+  Problem p(rng, window, compressed, 6, 32, 128, 1024);
+  p.random_slots(rng, 0.1);
+  for (int split : {64, 192, 512}) {
+    SparseAttentionOptions options;
+    options.split_candidates = split;
+    expect_matches_reference(p, options, "split " + std::to_string(split));
+  }
+}
+
+TEST_F(SparseAttentionGpu, FusedInverseRope) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 8);
+  Problem p(rng, window, compressed, 6, 64, 128, 512);
+  p.random_slots(rng, 0.1);
+  p.random_rope(rng);
+  expect_matches_reference(p, {}, "two chunks, rope");
+  Problem one_chunk(rng, window, compressed, 6, 64, 128, 0);
+  one_chunk.random_slots(rng, 0.1);
+  one_chunk.random_rope(rng);
+  expect_matches_reference(one_chunk, {}, "one chunk, rope");
+}
+
+// Prefill: three requests of ragged lengths, every token with its causal window and all the
+// compressed (ratio 4) entries visible to it, through per-request page tables; −1 padded.
+TEST_F(SparseAttentionGpu, PrefillRaggedBatch) {
+  constexpr int kPage = 64, kRatio = 4, kWindow = 128;
+  const Pool window(rng, kPage, 24), compressed(rng, kPage / kRatio, 40);
+  const std::vector<int> lengths = {37, 130, 201};
+  int rows = 0, max_visible = 0;
+  for (int n : lengths) rows += n, max_visible = std::max(max_visible, n / kRatio);
+  Problem p(rng, window, compressed, rows, 64, kWindow, max_visible);
+  std::uniform_int_distribution<int> window_page(0, window.num_pages - 1), compressed_page(0, compressed.num_pages - 1);
+  int row = 0;
+  for (int n : lengths) {
+    std::vector<int> raw_pages(8), entry_pages(8);
+    for (int& pg : raw_pages) pg = window_page(rng);
+    for (int& pg : entry_pages) pg = compressed_page(rng);
+    for (int t = 0; t < n; ++t, ++row) {
+      for (int w = 0; w < kWindow; ++w) {
+        const int pos = t - kWindow + 1 + w;
+        p.window_slots[row * kWindow + w] = pos < 0 ? -1 : raw_pages[pos / kPage] * kPage + pos % kPage;
+      }
+      const int visible = (t + 1) / kRatio;
+      for (int s = 0; s < visible; ++s)
+        p.compressed_slots[row * max_visible + s] = static_cast<std::int32_t>(physical_slot(entry_pages.data(), s, kPage / kRatio));
+    }
+  }
+  expect_matches_reference(p, {}, "prefill");
+}
+
+// ---- batch invariance and determinism ------------------------------------------------------------
+
+TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  for (int heads : {64, 128}) {
+    Problem batch(rng, window, compressed, 128, heads, 128, 512);
+    batch.random_slots(rng, 0.02);
+    const Outputs all = batch.run(Device::CUDA);
+    EXPECT_EQ(all.out, batch.run(Device::CUDA).out) << "rerun";
+    for (int r : {0, 77, 127}) {
+      Problem alone = batch;
+      alone.rows = 1;
+      alone.q.assign(batch.q.begin() + std::size_t(r) * heads * 512, batch.q.begin() + std::size_t(r + 1) * heads * 512);
+      alone.window_slots.assign(batch.window_slots.begin() + r * 128, batch.window_slots.begin() + (r + 1) * 128);
+      alone.compressed_slots.assign(batch.compressed_slots.begin() + r * 512, batch.compressed_slots.begin() + (r + 1) * 512);
+      const Outputs one = alone.run(Device::CUDA);
+      EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + std::size_t(r) * heads * 512))
+          << "H=" << heads << " row " << r << ": output bytes differ alone vs in the batch";
+      EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + std::size_t(r) * heads))
+          << "H=" << heads << " row " << r << ": lse differs";
+    }
+  }
+}
+
+// Trailing −1 columns (a batch padded to its longest row) add only empty chunks: same bytes, also
+// when they turn a one-chunk row into a merged one.
+TEST_F(SparseAttentionGpu, MissingSlotPaddingKeepsBytes) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 24);
+  Problem narrow(rng, window, compressed, 9, 64, 128, 300);
+  narrow.random_slots(rng, 0.05);
+  for (int r = 0; r < 3; ++r)  // rows 0..2 use the window only
+    for (int j = 0; j < 300; ++j) narrow.compressed_slots[r * 300 + j] = -1;
+  Problem wide = narrow;
+  wide.compressed_width = 1500;
+  wide.compressed_slots.assign(std::size_t(9) * 1500, -1);
+  for (int r = 0; r < 9; ++r)
+    std::copy_n(narrow.compressed_slots.begin() + r * 300, 300, wide.compressed_slots.begin() + r * 1500);
+  Problem window_only = narrow;
+  window_only.compressed_width = 0;
+  window_only.compressed_slots.clear();
+  const Outputs a = narrow.run(Device::CUDA), b = wide.run(Device::CUDA), c = window_only.run(Device::CUDA);
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.lse, b.lse);
+  const std::size_t three_rows = std::size_t(3) * 64 * 512;
+  EXPECT_TRUE(std::equal(c.out.begin(), c.out.begin() + three_rows, a.out.begin())) << "one chunk vs merged";
+}
+
+TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 24);
+  Problem p(rng, window, compressed, 20, 64, 128, 1000);
+  p.random_slots(rng, 0.05);
+  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 1128);
+  ASSERT_GT(bytes, 0u);
+  Tensor workspace = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(bytes)}, Device::CUDA);
+  SparseAttentionOptions options;
+  options.workspace = workspace.view();
+  const Outputs first = p.run(Device::CUDA, options);
+  const Outputs second = p.run(Device::CUDA, options);  // needs the arrival counters back at zero
+  EXPECT_EQ(first.out, second.out);
+  EXPECT_EQ(first.out, p.run(Device::CUDA).out) << "own workspace vs the caller's";
+  expect_close(second, p.run(Device::CPU), "caller workspace");
+}
+
+// ---- the FP8 dequantization, exhaustively --------------------------------------------------------
+
+__global__ void dequantize_all_codes(const std::uint8_t* scales /*[n]*/, int n, std::uint16_t* out /*[n][256]*/) {
+  const int s = blockIdx.x, code = threadIdx.x;  // one thread per code, 8 codes share a call
+  if (s >= n || code % 8 != 0) return;
+  std::uint8_t bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(code + i);
+  uint2 packed;
+  memcpy(&packed, bytes, 8);
+  const uint4 v = cuda::sparse_attention::dequantize_e4m3x8(packed, scales[s]);
+  memcpy(out + s * 256 + code, &v, 16);
+}
+
+TEST_F(SparseAttentionGpu, DequantizesEveryCodeAndScaleExactly) {
+  std::vector<std::uint8_t> scales;
+  for (int e = 100; e <= 160; ++e) scales.push_back(static_cast<std::uint8_t>(e));  // both multiply paths
+  const int n = static_cast<int>(scales.size());
+  Tensor d_scales = Tensor::from_host(DType::U8, {n}, scales.data(), Device::CUDA);
+  Tensor d_out = Tensor::empty(DType::BF16, {n, 256}, Device::CUDA);
+  dequantize_all_codes<<<n, 256>>>(d_scales.data_as<std::uint8_t>(), n, d_out.data_as<std::uint16_t>());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Tensor host = d_out.to(Device::CPU);
+  for (int s = 0; s < n; ++s) {
+    for (int code = 0; code < 256; ++code) {
+      if ((code & 0x7f) == 0x7f) continue;  // NaN codes are never written
+      const float expected = float_from_e4m3(static_cast<std::uint8_t>(code)) * float_from_ue8m0(scales[s]);
+      const std::uint16_t got = host.data_as<std::uint16_t>()[s * 256 + code];
+      ASSERT_EQ(got, bf16_bits_from_float(expected)) << "code " << code << " scale byte " << int(scales[s]);
+    }
+  }
+}
+
+// ---- CUDA-side argument checks -------------------------------------------------------------------
+
+TEST_F(SparseAttentionGpu, ArgumentErrors) {
+  const Pool window(rng, 64, 2), compressed(rng, 64, 2);
+  Problem p(rng, window, compressed, 2, 16, 8, 8);
+  p.random_slots(rng, 0.0);
+  Tensor q = Tensor::from_host(DType::BF16, {2, 16, 512}, p.q.data(), Device::CUDA);
+  Tensor q_big = Tensor::empty(DType::BF16, {2 * 16 * 512 + 8}, Device::CUDA);
+  Tensor ws = Tensor::from_host(DType::I32, {2, 8}, p.window_slots.data(), Device::CUDA);
+  Tensor cs = Tensor::from_host(DType::I32, {2, 8}, p.compressed_slots.data(), Device::CUDA);
+  Tensor sink = Tensor::from_host(DType::F32, {16}, p.sink.data(), Device::CUDA);
+  Tensor out = Tensor::empty(DType::BF16, {2, 16, 512}, Device::CUDA);
+  Tensor lse = Tensor::empty(DType::F32, {2, 16}, Device::CUDA);
+  Tensor host_sink = Tensor::from_host(DType::F32, {16}, p.sink.data());
+  const auto expect_error = [](const std::string& argument, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for " << argument;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), argument) << e.what();
+    }
+  };
+  expect_error("window_cache", [&] {
+    sparse_attention(q.view(), window.host_view(), compressed.device_view(), ws.view(), cs.view(), sink.view(),
+                     out.view(), lse.view());
+  });
+  expect_error("attn_sink", [&] {
+    sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws.view(), cs.view(),
+                     host_sink.view(), out.view(), lse.view());
+  });
+  TensorView misaligned{static_cast<std::uint16_t*>(q_big.data()) + 1, DType::BF16, {2, 16, 512}, Device::CUDA};
+  expect_error("q", [&] {
+    sparse_attention(misaligned, window.device_view(), compressed.device_view(), ws.view(), cs.view(), sink.view(),
+                     out.view(), lse.view());
+  });
+  Tensor small = Tensor::zeros(DType::U8, {16}, Device::CUDA);
+  SparseAttentionOptions options;
+  options.split_candidates = 64;  // two chunks, so a workspace is needed
+  Tensor ws_wide = Tensor::from_host(DType::I32, {2, 8}, p.window_slots.data(), Device::CUDA);
+  Tensor cs_wide = Tensor::zeros(DType::I32, {2, 120}, Device::CUDA);
+  options.workspace = small.view();
+  expect_error("workspace", [&] {
+    sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws_wide.view(), cs_wide.view(),
+                     sink.view(), out.view(), lse.view(), options);
+  });
+}
+
+// ---- the reduced set for compute-sanitizer ---------------------------------------------------------
+
+TEST_F(SparseAttentionGpu, SanitizeMergedChunks) {
+  const Pool window(rng, 64, 2), compressed(rng, 16, 8);
+  Problem p(rng, window, compressed, 3, 16, 64, 100);
+  p.random_slots(rng, 0.2);
+  p.random_rope(rng);
+  SparseAttentionOptions options;
+  options.split_candidates = 64;  // three chunks
+  expect_matches_reference(p, options, "sanitize merged");
+}
+
+TEST_F(SparseAttentionGpu, SanitizeOneChunkAndPaddedHeads) {
+  const Pool window(rng, 64, 2), compressed(rng, 2, 30);
+  Problem p(rng, window, compressed, 2, 24, 100, 20);
+  p.random_slots(rng, 0.3);
+  expect_matches_reference(p, {}, "sanitize one chunk");
+  Problem wide(rng, window, compressed, 140, 64, 64, 0);  // enough blocks for the 64-head tile
+  wide.random_slots(rng, 0.1);
+  expect_matches_reference(wide, {}, "sanitize 64-head tile");
+}
+
+}  // namespace
+}  // namespace dsv4
