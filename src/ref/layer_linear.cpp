@@ -38,8 +38,11 @@ void parallel_ranges(std::int64_t n, int threads, double cost_per_item,
 }
 
 void linear(const float* x, std::int64_t rows, std::int64_t x_stride, const Tensor& weight, float* y, int threads) {
-  const std::int64_t out = weight.shape()[0], in = weight.shape()[1];
-  const float* w = weight.data_as<float>();  // [out, in]
+  linear(x, rows, x_stride, weight.data_as<float>(), weight.shape()[0], weight.shape()[1], y, threads);
+}
+
+void linear(const float* x, std::int64_t rows, std::int64_t x_stride, const float* w, std::int64_t out,
+            std::int64_t in, float* y, int threads) {
   parallel_ranges(out, threads, static_cast<double>(rows * in), [&](std::int64_t begin, std::int64_t end) {
     // Output rows outermost: each weight row is read once from memory and reused for every token.
     for (std::int64_t o = begin; o < end; ++o)

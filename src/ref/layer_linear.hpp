@@ -16,8 +16,11 @@ namespace dsv4::ref {
 double dot_double(const float* a /*[n]*/, const float* b /*[n]*/, std::int64_t n);
 
 // y[i, o] = Σ_k x[i, k] · weight[o, k] for i < rows.
-// x [rows, in] f32 (row stride `x_stride` elements), weight [out, in] f32 (CPU), y [rows, out] f32.
+// x [rows, in] f32 (row stride `x_stride` elements), weight [out, in] f32 row-major, y [rows, out] f32.
 // `threads` ≥ 1 splits the output columns; results do not depend on it.
+void linear(const float* x, std::int64_t rows, std::int64_t x_stride, const float* weight, std::int64_t out,
+            std::int64_t in, float* y, int threads);
+// The same with a 2-D F32 host tensor [out, in] as the weight.
 void linear(const float* x, std::int64_t rows, std::int64_t x_stride, const Tensor& weight, float* y, int threads);
 
 // Runs body(begin, end) over [0, n) split into at most `threads` contiguous ranges, on threads when
