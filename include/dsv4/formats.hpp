@@ -130,7 +130,9 @@ DSV4_HD std::uint8_t e2m1_from(Real x) {
   else if (a < Real(3.5)) code = 5;
   else if (a <= Real(5.0)) code = 6;
   else code = 7;  // saturates (NaN input is not meaningful here and also lands on 6)
-  return static_cast<std::uint8_t>(sign | code);
+  // A value that rounds to zero is stored as +0 (code 0), as the published reference does
+  // (shared/vectors: e2m1_in −0.25 → 0x0); e4m3 keeps the sign of zero.
+  return static_cast<std::uint8_t>(code == 0 ? 0 : (sign | code));
 }
 
 DSV4_HD float float_from_e2m1(std::uint8_t code) {
