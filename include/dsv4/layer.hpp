@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "dsv4/cache_format.hpp"
@@ -56,6 +57,10 @@ struct LayerOutputs {
   TensorView y;     // [T, D] F32: the layer output
   TensorView attn;  // [T, H, d] F32: attention output after inverse RoPE, before the output projection
   TensorView topk;  // [T, K] I32: CSA layers only — selected entry numbers, ascending, −1 padded
+
+  LayerOutputs() = default;
+  LayerOutputs(TensorView y_, TensorView attn_ = {}, TensorView topk_ = {})
+      : y(std::move(y_)), attn(std::move(attn_)), topk(std::move(topk_)) {}
 };
 
 // What one request holds, for inspection and accounting (bytes of the layer's pools it owns).
