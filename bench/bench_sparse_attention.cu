@@ -1,0 +1,220 @@
+// bench/bench_sparse_attention.cu — sparse FP8 attention with sink, decode and prefill shapes of issue 6.
+//
+// Pools of 262,144 random entries each (153 MB, well past the 60 MB L2), random slots over them, every
+// candidate valid. FLOPs = 2·H·N·(512 + 512) per query row (the FlashMLA convention), ceiling 787
+// TFLOP/s (bf16 dense, ANCHORS.md). Each call is captured once in a CUDA graph and the graph is timed
+// (CUDA events, L2 flushed before every launch, median), so host-side validation is not in the time.
+// Each case checks two rows (8 heads each) against the CPU reference (relative L2 ≤ 1e-2).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "dsv4/cache_format.hpp"
+#include "dsv4/formats.hpp"
+#include "dsv4/sparse_attention.hpp"
+#include "dsv4/tensor.hpp"
+
+namespace {
+
+using dsv4::AttentionEntryFormat;
+using dsv4::DType;
+using dsv4::Device;
+using dsv4::Tensor;
+using dsv4::TensorView;
+using dsv4::bench::check_cuda;
+using F = AttentionEntryFormat;
+
+constexpr int kPerPage = 64;
+constexpr int kPoolPages = 4096;  // 262,144 entries, 153 MB per pool
+constexpr double kBf16Ceiling = 787.0;
+
+__device__ std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+__device__ std::uint16_t random_bf16(std::uint64_t h) {  // uniform in [-2, 2)
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+  return dsv4::bf16_bits_from_float(4.0f * u - 2.0f);
+}
+
+// One thread per entry: 448 e4m3 codes (NaN codes avoided), 64 bf16, scale bytes 2^-9..2^-2.
+__global__ void fill_pool(std::uint8_t* pages /*[kPoolPages, page_bytes]*/, std::int64_t page_bytes, std::uint64_t seed) {
+  const std::int64_t slot = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  if (slot >= static_cast<std::int64_t>(kPoolPages) * kPerPage) return;
+  std::uint8_t* page = pages + (slot / kPerPage) * page_bytes;
+  const int i = static_cast<int>(slot % kPerPage);
+  std::uint8_t* data = page + F::data_offset(i);
+  for (int k = 0; k < F::kNopeDim; ++k) {
+    std::uint8_t code = static_cast<std::uint8_t>(mix(seed ^ (slot * 1024 + k)) & 0xff);
+    if ((code & 0x7f) == 0x7f) code = static_cast<std::uint8_t>(code - 1);
+    data[k] = code;
+  }
+  for (int k = 0; k < F::kRopeDim; ++k) {
+    const std::uint16_t v = random_bf16(mix(seed ^ (slot * 1024 + 512 + k)));
+    data[F::kNopeDim + 2 * k] = static_cast<std::uint8_t>(v & 0xff);
+    data[F::kNopeDim + 2 * k + 1] = static_cast<std::uint8_t>(v >> 8);
+  }
+  std::uint8_t* scales = page + F::scale_offset(i, kPerPage);
+  for (int b = 0; b < F::kNumScales; ++b) scales[b] = static_cast<std::uint8_t>(118 + mix(seed ^ (slot * 16 + b)) % 8);
+  scales[F::kNumScales] = 0;
+}
+
+__global__ void fill_bf16(std::uint16_t* out, std::int64_t n, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = random_bf16(mix(seed ^ i));
+}
+
+struct Pools {
+  Tensor window = Tensor::empty(DType::U8, {kPoolPages, F::page_bytes(kPerPage)}, Device::CUDA);
+  Tensor compressed = Tensor::empty(DType::U8, {kPoolPages, F::page_bytes(kPerPage)}, Device::CUDA);
+  Tensor window_host, compressed_host;
+  Pools() {
+    const int threads = 256, blocks = kPoolPages * kPerPage / threads;
+    fill_pool<<<blocks, threads>>>(window.data_as<std::uint8_t>(), F::page_bytes(kPerPage), 1);
+    fill_pool<<<blocks, threads>>>(compressed.data_as<std::uint8_t>(), F::page_bytes(kPerPage), 2);
+    check_cuda(cudaDeviceSynchronize(), "fill pools");
+    window_host = window.to(Device::CPU);
+    compressed_host = compressed.to(Device::CPU);
+  }
+};
+
+struct Case {
+  std::string name;
+  int rows, heads, next_n, batch, compressed;  // compressed = K; N = 128 + K
+  int split = 512;
+};
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : 1.0);
+}
+
+// Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
+void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng) {
+  constexpr int kWindow = 128;
+  const int n = kWindow + c.compressed;
+  Tensor q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
+  fill_bf16<<<1024, 256>>>(q.data_as<std::uint16_t>(), q.numel(), rng());
+  std::uniform_int_distribution<int> slot(0, kPoolPages * kPerPage - 1);
+  std::vector<std::int32_t> window_slots(static_cast<std::size_t>(c.rows) * kWindow),
+      compressed_slots(static_cast<std::size_t>(c.rows) * c.compressed);
+  for (auto& s : window_slots) s = slot(rng);
+  for (auto& s : compressed_slots) s = slot(rng);
+  std::vector<float> sink(c.heads);
+  for (auto& s : sink) s = std::uniform_real_distribution<float>(-1.0f, 2.0f)(rng);
+  Tensor ws = Tensor::from_host(DType::I32, {c.rows, kWindow}, window_slots.data(), Device::CUDA);
+  Tensor cs = Tensor::from_host(DType::I32, {c.rows, c.compressed}, compressed_slots.data(), Device::CUDA);
+  Tensor sink_d = Tensor::from_host(DType::F32, {c.heads}, sink.data(), Device::CUDA);
+  Tensor out = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
+  Tensor lse = Tensor::empty(DType::F32, {c.rows, c.heads}, Device::CUDA);
+  out.fill_bytes(0xFF);
+  const std::size_t scratch = dsv4::sparse_attention_workspace_bytes(c.rows, c.heads, n, c.split);
+  Tensor workspace = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(std::max<std::size_t>(scratch, 1))}, Device::CUDA);
+
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  dsv4::SparseAttentionOptions options;
+  options.split_candidates = c.split;
+  options.workspace = workspace.view();
+  options.stream = stream;
+  const dsv4::AttentionPoolView window{pools.window.view(), kPerPage}, compressed{pools.compressed.view(), kPerPage};
+  const auto call = [&] {
+    dsv4::sparse_attention(q.view(), window, compressed, ws.view(), cs.view(), sink_d.view(), out.view(), lse.view(),
+                           options);
+  };
+  call();  // first call outside the capture (sets the kernel attributes)
+  check_cuda(cudaStreamSynchronize(stream), "first call");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+  call();
+  check_cuda(cudaStreamEndCapture(stream, &graph), "capture end");
+  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  const double us = dsv4::bench::time_us([&](cudaStream_t s) { cudaGraphLaunch(exec, s); }, stream, {3, 20, true});
+
+  // Check two rows (first 8 heads) against the CPU reference.
+  const int check_heads = std::min(c.heads, 8);
+  bool ok = true;
+  Tensor out_host = out.to(Device::CPU), q_host = q.to(Device::CPU), lse_host = lse.to(Device::CPU);
+  for (int r : {0, c.rows - 1}) {
+    std::vector<std::uint16_t> q_rows(static_cast<std::size_t>(check_heads) * F::kDim);
+    for (int h = 0; h < check_heads; ++h)
+      std::copy_n(q_host.data_as<std::uint16_t>() + (std::size_t(r) * c.heads + h) * F::kDim, F::kDim,
+                  q_rows.begin() + std::size_t(h) * F::kDim);
+    std::vector<std::uint16_t> ref_out(q_rows.size());
+    std::vector<float> ref_lse(check_heads);
+    dsv4::sparse_attention(TensorView{q_rows.data(), DType::BF16, {1, check_heads, F::kDim}},
+                           {pools.window_host.view(), kPerPage}, {pools.compressed_host.view(), kPerPage},
+                           TensorView{window_slots.data() + std::size_t(r) * kWindow, DType::I32, {1, kWindow}},
+                           TensorView{compressed_slots.data() + std::size_t(r) * c.compressed, DType::I32, {1, c.compressed}},
+                           TensorView{sink.data(), DType::F32, {check_heads}},
+                           TensorView{ref_out.data(), DType::BF16, {1, check_heads, F::kDim}},
+                           TensorView{ref_lse.data(), DType::F32, {1, check_heads}});
+    std::vector<float> got(ref_out.size()), want(ref_out.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      got[i] = dsv4::float_from_bf16_bits(out_host.data_as<std::uint16_t>()[std::size_t(r) * c.heads * F::kDim + i]);
+      want[i] = dsv4::float_from_bf16_bits(ref_out[i]);
+      ok = ok && !std::isnan(got[i]);
+    }
+    ok = ok && relative_l2(got, want) <= 1e-2;
+    for (int h = 0; h < check_heads; ++h)
+      ok = ok && std::fabs(lse_host.data_as<float>()[std::size_t(r) * c.heads + h] - ref_lse[h]) <= 1e-3 * std::max(1.0f, std::fabs(ref_lse[h]));
+  }
+
+  const double flops = 2.0 * c.heads * n * 1024.0 * c.rows;
+  const double bytes = double(c.rows) * n * F::kEntryBytes + 2.0 * c.rows * c.heads * F::kDim * 2;
+  report.add(c.name,
+             {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split},
+              {"gathered_GBps", bytes / (us * 1e3)}},
+             us, "TFLOP/s", flops / (us * 1e6), kBf16Ceiling, ok);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string out_dir = argc > 1 ? argv[1] : ".";
+  dsv4::bench::Report report("bench_sparse_attention", out_dir);
+  std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n", dsv4::bench::copy_bandwidth_gbs(),
+              kBf16Ceiling);
+  const Pools pools;
+  std::mt19937_64 rng(20261129);
+  std::vector<Case> cases;
+  for (int heads : {64, 128})
+    for (int k : {512, 1024, 2048})
+      for (int next_n : {1, 2})
+        for (int batch : {1, 32, 128})
+          cases.push_back({"decode_B" + std::to_string(batch) + "_H" + std::to_string(heads) + "_N" +
+                               std::to_string(128 + k) + "_nn" + std::to_string(next_n),
+                           batch * next_n, heads, next_n, batch, k});
+  for (int heads : {64, 128})
+    for (int k : {512, 1024})
+      cases.push_back({"prefill_T4096_H" + std::to_string(heads) + "_N" + std::to_string(128 + k), 4096, heads, 1,
+                       4096, k});
+  // The split size trade-off (latency at small batches vs merge traffic at large ones).
+  std::vector<Case> variants;
+  for (const Case& c : cases) {
+    if (c.name == "decode_B1_H64_N640_nn1" || c.name == "decode_B128_H64_N640_nn1" ||
+        c.name == "decode_B128_H128_N2176_nn2") {
+      variants.push_back(c);
+      variants.back().split = 256;
+      variants.back().name += "_split256";
+    }
+  }
+  cases.insert(cases.end(), variants.begin(), variants.end());
+  for (const Case& c : cases) run_case(c, pools, report, rng);
+  report.write();
+  return 0;
+}
