@@ -1,0 +1,112 @@
+// src/cuda/compressor/device_common.cuh — memory access, unit barriers, lane reductions and the
+// work-item lookup shared by the compressor kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/compressor/config.hpp"
+#include "cuda/compressor/params.hpp"
+
+namespace dsv4::cuda::compressor {
+
+// ---- 16-byte accesses ------------------------------------------------------------------------
+
+// Rows and state read once per step: evict-first, so they do not push hot data (ape, norm, the
+// metadata) out of the caches. A coherent load (not .nc): the state is also written by this kernel.
+__device__ __forceinline__ float4 load_once(const float* p /*16-B aligned*/) {
+  return __ldcs(reinterpret_cast<const float4*>(p));
+}
+// Small tensors every unit reads (ape [m, coff·c], norm [c]): the read-only path.
+__device__ __forceinline__ float4 load_shared_input(const float* p /*16-B aligned*/) {
+  return __ldg(reinterpret_cast<const float4*>(p));
+}
+__device__ __forceinline__ void store4(float* p /*16-B aligned*/, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
+}
+__device__ __forceinline__ void to_array(float4 v, float (&out)[4]) {
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+
+// ---- barriers and reductions -----------------------------------------------------------------
+
+template <class Config>
+__device__ __forceinline__ void unit_sync() {
+  if constexpr (Config::kWarpUnit) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
+// Reductions over the lanes xor-adjacent below `kSpan` (a power of two ≤ 32) of one warp.
+template <int kSpan, class T>
+__device__ __forceinline__ T lanes_sum(T v) {
+#pragma unroll
+  for (int offset = kSpan / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+template <int kSpan>
+__device__ __forceinline__ float lanes_max(float v) {
+#pragma unroll
+  for (int offset = kSpan / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// ---- work items ------------------------------------------------------------------------------
+
+// The request owning work item `item`: item_begin[r] ≤ item < item_begin[r + 1].
+__device__ __forceinline__ int request_of_item(const KernelParams& p, std::int64_t item) {
+  if (p.one_item_per_request) return static_cast<int>(item);
+  int lo = 0, hi = p.num_requests;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (p.item_begin[mid] <= item) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Where the unit's item sits: which request, and which of its items (0 = the head).
+struct ItemPlace {
+  StepRequest request;
+  std::int64_t index = 0;
+};
+__device__ __forceinline__ ItemPlace locate_item(const KernelParams& p, std::int64_t item) {
+  const int r = request_of_item(p, item);
+  ItemPlace place;
+  place.request = p.requests[r];
+  place.index = p.one_item_per_request ? 0 : item - p.item_begin[r];
+  return place;
+}
+
+// Cache position of entry n of a request: its page pointer and index inside the page.
+struct EntryTarget {
+  std::int64_t entry = 0;      // n
+  std::int64_t event_row = 0;  // row in the optional outputs
+  std::uint8_t* page = nullptr;
+  int index_in_page = 0;
+  std::int32_t cache_slot = 0;
+};
+__device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
+  EntryTarget t;
+  t.entry = r.prefix / p.ratio + event;
+  t.event_row = r.first_event + event;
+  const std::int64_t logical_page = t.entry / p.entries_per_page;
+  const std::int32_t physical = p.pages[r.page_offset + (logical_page - r.first_page)];
+  t.index_in_page = static_cast<int>(t.entry - logical_page * p.entries_per_page);
+  t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
+  t.cache_slot = physical * p.entries_per_page + t.index_in_page;
+  return t;
+}
+
+}  // namespace dsv4::cuda::compressor

@@ -1,0 +1,16 @@
+// src/cuda/compressor/kernels.hpp — the launchers of the two entry widths (kernels_c512.cu,
+// kernels_c128.cu), for the host code in launch.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/compressor/params.hpp"
+
+namespace dsv4::cuda::compressor {
+
+// Launch the kernel of `params` (num_items ≥ 1) on `stream` and return cudaGetLastError().
+//   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event.
+cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream);  // c = 512
+cudaError_t launch_indexer_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream);    // c = 128
+
+}  // namespace dsv4::cuda::compressor

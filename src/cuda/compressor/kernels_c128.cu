@@ -1,0 +1,10 @@
+// src/cuda/compressor/kernels_c128.cu — the compressor kernels at indexer width (c = d_I = 128).
+#include "cuda/compressor/launch_width.cuh"
+
+namespace dsv4::cuda::compressor {
+
+cudaError_t launch_indexer_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream) {
+  return launch_width<128>(params, online, long_window, stream);
+}
+
+}  // namespace dsv4::cuda::compressor

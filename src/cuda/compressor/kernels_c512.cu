@@ -1,0 +1,10 @@
+// src/cuda/compressor/kernels_c512.cu — the compressor kernels at attention width (c = 512).
+#include "cuda/compressor/launch_width.cuh"
+
+namespace dsv4::cuda::compressor {
+
+cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream) {
+  return launch_width<512>(params, online, long_window, stream);
+}
+
+}  // namespace dsv4::cuda::compressor

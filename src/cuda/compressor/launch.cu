@@ -1,0 +1,199 @@
+// src/cuda/compressor/launch.cu — host side of the CUDA compressor: CUDA-specific checks, the step's
+// work items and metadata, the launch, and the small device operations of rollback and fork.
+#include "cuda/compressor/launch.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "cuda/compressor/config.hpp"
+#include "cuda/compressor/kernels.hpp"
+#include "cuda/compressor/params.hpp"
+#include "dsv4/error.hpp"
+#include "dsv4/rope.hpp"
+
+namespace dsv4::cuda {
+
+namespace {
+
+using compressor::KernelParams;
+using compressor::StepRequest;
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error("device", std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+void require_aligned(const void* p, const std::string& name) {
+  require(aligned16(p), name, "must be 16-byte aligned for the CUDA compressor");
+}
+
+void require_rows(const float* data, std::int64_t stride, std::int64_t rows, const std::string& name) {
+  if (rows == 0) return;
+  require_aligned(data, name);
+  require(stride % 4 == 0, name,
+          "row stride " + std::to_string(stride) + " floats is not a multiple of 4 (16-byte rows on CUDA)");
+}
+
+std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+// Events a request's head item computes: those whose window may reach before the prefix.
+std::int64_t head_events(const CompressorSpec& spec, std::int64_t num_events) {
+  return std::min<std::int64_t>(num_events, spec.online ? 1 : spec.coff());
+}
+
+}  // namespace
+
+CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
+  const CompressorSpec& spec = *a.spec;
+  const CompressPlan& plan = *a.plan;
+  const bool attention = spec.output == EntryKind::Attention;
+  require((attention && spec.width == 512) || (!attention && spec.width == 128), "width",
+          std::string("the CUDA compressor implements 512-wide attention entries and 128-wide indexer keys, not ") +
+              entry_kind_name(spec.output) + " entries of width " + std::to_string(spec.width));
+  require(spec.rope.rope_dim % 4 == 0 && spec.rope.rope_dim / 2 <= compressor::kMaxRopePairs, "rope",
+          "the CUDA compressor needs rope_dim to be a multiple of 4 and at most " +
+              std::to_string(2 * compressor::kMaxRopePairs) + ", got " + std::to_string(spec.rope.rope_dim));
+  require_rows(a.kv, a.kv_stride, plan.total_rows, "kv");
+  require_rows(a.score, a.score_stride, plan.total_rows, "score");
+  require_aligned(a.ape, "ape");
+  require_aligned(a.norm, "norm");
+  require_aligned(a.state, "pool");
+  require_aligned(a.cache, "cache");
+  if (a.out_compressed) require_aligned(a.out_compressed, "outputs.compressed");
+
+  std::vector<StepRequest> requests;
+  std::vector<std::int64_t> item_begin{0};
+  std::vector<std::int32_t> pages;
+  const int per_page = a.entries_per_page;
+  for (const PlannedRequest& r : plan.requests) {
+    if (r.new_tokens == 0) continue;  // nothing to read or write (also every padding request)
+    StepRequest s;
+    s.prefix = r.prefix_len;
+    s.new_tokens = r.new_tokens;
+    s.row_begin = r.row_begin;
+    s.first_event = r.first_event;
+    s.slot = r.slot;
+    s.num_events = static_cast<std::int32_t>(r.num_events);
+    s.page_offset = static_cast<std::int32_t>(pages.size());
+    if (r.num_events > 0) {
+      const std::int64_t first_entry = r.prefix_len / spec.ratio;
+      const std::int64_t last_entry = first_entry + r.num_events - 1;
+      s.first_page = static_cast<std::int32_t>(first_entry / per_page);
+      // The physical page of each logical page, read off the first event stored in it.
+      for (std::int64_t page = first_entry / per_page; page <= last_entry / per_page; ++page) {
+        const std::int64_t event = std::max<std::int64_t>(0, page * per_page - first_entry);
+        pages.push_back(plan.events[static_cast<std::size_t>(r.first_event + event)].cache_slot / per_page);
+      }
+    }
+    requests.push_back(s);
+    item_begin.push_back(item_begin.back() + 1 + (r.num_events - head_events(spec, r.num_events)));
+  }
+
+  CompressStepLayout layout;
+  layout.num_requests = static_cast<std::int32_t>(requests.size());
+  layout.num_items = item_begin.back();
+  layout.one_item_per_request = layout.num_items == layout.num_requests;
+  require(layout.num_items <= std::numeric_limits<std::int32_t>::max(), "batch",
+          "the step has " + std::to_string(layout.num_items) + " work items, more than one CUDA grid holds");
+  layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
+  layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
+  layout.bytes.assign(layout.pages_offset + pages.size() * sizeof(std::int32_t), 0);
+  std::memcpy(layout.bytes.data(), requests.data(), requests.size() * sizeof(StepRequest));
+  std::memcpy(layout.bytes.data() + layout.item_begin_offset, item_begin.data(), item_begin.size() * sizeof(std::int64_t));
+  std::memcpy(layout.bytes.data() + layout.pages_offset, pages.data(), pages.size() * sizeof(std::int32_t));
+  return layout;
+}
+
+void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, const void* device_layout,
+                          void* stream) {
+  if (layout.num_items == 0) return;
+  const CompressorSpec& spec = *a.spec;
+  KernelParams p;
+  p.kv = a.kv;
+  p.kv_stride = a.kv_stride;
+  p.score = a.score;
+  p.score_stride = a.score_stride;
+  p.ape = a.ape;
+  p.norm = a.norm;
+  p.state = a.state;
+  p.records_per_slot = a.records_per_slot;
+  p.record_floats = a.record_floats;
+  p.cache = a.cache;
+  p.page_bytes = a.page_bytes;
+  p.entries_per_page = a.entries_per_page;
+  p.out_compressed = a.out_compressed;
+  p.out_entry_ids = a.out_entry_ids;
+  p.out_positions = a.out_positions;
+  p.out_cache_slots = a.out_cache_slots;
+  const auto* base = static_cast<const std::uint8_t*>(device_layout);
+  p.requests = reinterpret_cast<const StepRequest*>(base);
+  p.item_begin = reinterpret_cast<const std::int64_t*>(base + layout.item_begin_offset);
+  p.pages = reinterpret_cast<const std::int32_t*>(base + layout.pages_offset);
+  p.num_requests = layout.num_requests;
+  p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
+  p.num_items = layout.num_items;
+  p.ratio = spec.ratio;
+  p.overlap = spec.overlap ? 1 : 0;
+  p.max_rollback = spec.max_rollback;
+  p.rope_dim = spec.rope.rope_dim;
+  p.eps = spec.eps;
+  p.output = spec.output == EntryKind::Attention    ? compressor::OutputKind::Attention
+             : spec.output == EntryKind::IndexerFP8 ? compressor::OutputKind::IndexerFP8
+                                                    : compressor::OutputKind::IndexerFP4;
+  const RopeTable rope(spec.rope);
+  std::copy(rope.frequencies().begin(), rope.frequencies().end(), p.rope_frequencies);
+
+  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
+  auto s = static_cast<cudaStream_t>(stream);
+  const cudaError_t status = spec.width == 512 ? compressor::launch_attention_width(p, spec.online, long_window, s)
+                                               : compressor::launch_indexer_width(p, spec.online, long_window, s);
+  check_cuda(status, "compressor kernel launch");
+}
+
+void run_compress(const ref::CompressArgs& args, void* stream) {
+  const CompressStepLayout layout = plan_compress_step(args);
+  if (layout.num_items == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  void* device_layout = nullptr;
+  check_cuda(cudaMallocAsync(&device_layout, layout.bytes.size(), s), "cudaMallocAsync(step metadata)");
+  // The host bytes may go away on return: a copy from pageable memory is staged before it returns.
+  cudaError_t status = cudaMemcpyAsync(device_layout, layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice, s);
+  if (status == cudaSuccess) {
+    try {
+      launch_compress_step(args, layout, device_layout, stream);
+    } catch (...) {
+      cudaFreeAsync(device_layout, s);
+      throw;
+    }
+  }
+  const cudaError_t freed = cudaFreeAsync(device_layout, s);
+  check_cuda(status, "cudaMemcpyAsync(step metadata)");
+  check_cuda(freed, "cudaFreeAsync(step metadata)");
+}
+
+void clear_entries(const EntryLayout& layout, std::uint8_t* pages, std::int64_t page_bytes, int entries_per_page,
+                   std::span<const std::int64_t> slots, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  for (const std::int64_t slot : slots) {
+    std::uint8_t* page = pages + slot / entries_per_page * page_bytes;
+    const int i = static_cast<int>(slot % entries_per_page);
+    check_cuda(cudaMemsetAsync(page + layout.data_offset(i), 0, static_cast<std::size_t>(layout.data_bytes()), s),
+               "cudaMemsetAsync(cache entry)");
+    check_cuda(cudaMemsetAsync(page + layout.scale_offset(i, entries_per_page), 0,
+                               static_cast<std::size_t>(layout.scale_bytes()), s),
+               "cudaMemsetAsync(cache entry scales)");
+  }
+}
+
+void copy_state(float* destination, const float* source, std::size_t floats, void* stream) {
+  check_cuda(cudaMemcpyAsync(destination, source, floats * sizeof(float), cudaMemcpyDeviceToDevice,
+                             static_cast<cudaStream_t>(stream)),
+             "cudaMemcpyAsync(state)");
+}
+
+}  // namespace dsv4::cuda

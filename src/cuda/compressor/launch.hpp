@@ -1,0 +1,58 @@
+// src/cuda/compressor/launch.hpp — host entry points of the CUDA compressor backend (plain C++, so
+// src/ops/compress.cpp can call them). Arguments arrive validated by plan_compress; these add only
+// what the kernels need on top (supported widths, 16-byte alignment).
+//
+// Plan / run split: plan_compress_step builds a step's metadata on the host; launch_compress_step
+// runs the kernel on a stream with that metadata already on the device, and is safe to capture in
+// a CUDA graph (one kernel, no host synchronization). run_compress does both for the API.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dsv4/paged_cache.hpp"
+#include "ref/compressor_ref.hpp"
+
+namespace dsv4::cuda {
+
+// One step's device metadata: [StepRequest × num_requests | int64 item_begin × (num_requests + 1) |
+// int32 pages], each section 16-byte aligned, uploaded with a single copy (params.hpp).
+struct CompressStepLayout {
+  std::vector<std::uint8_t> bytes;
+  std::size_t item_begin_offset = 0;
+  std::size_t pages_offset = 0;
+  std::int32_t num_requests = 0;    // requests bringing ≥ 1 token
+  std::int64_t num_items = 0;       // work items (0: nothing to launch)
+  bool one_item_per_request = false;
+};
+
+// Checks the CUDA-specific requirements and builds the metadata of the step `args` describes.
+// Errors (nothing has changed when they are thrown):
+//   Error("width")  for a width / entry kind the kernels do not implement (512-wide attention
+//                   entries and 128-wide indexer keys are implemented);
+//   Error("rope")   unless rope_dim is a multiple of 4 and at most 128;
+//   Error("kv"), Error("score"), Error("ape"), Error("norm"), Error("pool"), Error("cache"),
+//   Error("outputs.compressed") for a pointer that is not 16-byte aligned or a row stride that is
+//                   not a multiple of 4 floats;
+//   Error("batch")  when the step has more work items than one grid holds (2^31 − 1).
+CompressStepLayout plan_compress_step(const ref::CompressArgs& args);
+
+// Launches the step on `stream` (a cudaStream_t; null = the default stream). `device_layout` holds a
+// copy of layout.bytes (16-byte aligned) and must stay valid until the kernel has run.
+// Throws Error("device") when the launch fails.
+void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, const void* device_layout,
+                          void* stream);
+
+// plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.
+void run_compress(const ref::CompressArgs& args, void* stream = nullptr);
+
+// Zeroes the cache entries at physical `slots` (both byte runs of each entry) on the device.
+void clear_entries(const EntryLayout& layout, std::uint8_t* pages /*[num_pages, page_bytes]*/, std::int64_t page_bytes,
+                   int entries_per_page, std::span<const std::int64_t> slots, void* stream = nullptr);
+
+// Device-to-device copy of `floats` state floats (fork_prefix).
+void copy_state(float* destination, const float* source, std::size_t floats, void* stream = nullptr);
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,35 @@
+// src/cuda/compressor/launch_width.cuh — grid computation and launch of the kernels of one entry
+// width (instantiated once per width in kernels_c*.cu, so the two widths compile in parallel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/compressor/config.hpp"
+#include "cuda/compressor/kernels.hpp"
+#include "cuda/compressor/online.cuh"
+#include "cuda/compressor/params.hpp"
+#include "cuda/compressor/two_pass.cuh"
+
+namespace dsv4::cuda::compressor {
+
+template <class Config, class Kernel>
+cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream) {
+  const std::int64_t blocks = (params.num_items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
+  kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, 0, stream>>>(params);
+  return cudaGetLastError();
+}
+
+// Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
+//   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event.
+template <int kWidth>
+cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream) {
+  if (online) return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
+  if (long_window) {
+    return launch_items<TwoPassConfig<kWidth, true>>(two_pass_kernel<TwoPassConfig<kWidth, true>>, params, stream);
+  }
+  return launch_items<TwoPassConfig<kWidth, false>>(two_pass_kernel<TwoPassConfig<kWidth, false>>, params, stream);
+}
+
+}  // namespace dsv4::cuda::compressor

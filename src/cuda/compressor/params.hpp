@@ -1,0 +1,74 @@
+// src/cuda/compressor/params.hpp — what the host hands the compressor kernels (plain C++, no CUDA
+// types), so the host planner in launch.cu and the device headers share one definition.
+//
+// Work is split into "items": every request of the step that brings tokens has one HEAD item and
+// one BODY item per further compress event.
+//   head: the events that may read the old state (two-pass: the first coff events, whose windows
+//         reach back before the prefix; online: the first block, continued from the snapshot), then,
+//         after a barrier of its own unit, every state write of the request;
+//   body: one event whose window lies entirely in this step's new rows.
+// Only the head of a request touches that request's state, so no state write can overtake a read
+// of the same step (SPEC §6), with one kernel launch per step.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4::cuda::compressor {
+
+// RoPE pairs the kernel parameters carry (r/2 ≤ 64, i.e. rope_dim ≤ 128).
+inline constexpr int kMaxRopePairs = 64;
+
+// One request of a step that brings at least one token. 48 bytes.
+struct StepRequest {
+  std::int64_t prefix = 0;       // tokens before this step = position of its first new row
+  std::int64_t new_tokens = 0;   // ≥ 1
+  std::int64_t row_begin = 0;    // its first row in kv / score
+  std::int64_t first_event = 0;  // its first event's row in the optional outputs
+  std::int32_t slot = 0;         // state slot (≥ 1)
+  std::int32_t num_events = 0;   // entries completed in this step
+  std::int32_t page_offset = 0;  // index in StepLayout::pages of the page of its first event
+  std::int32_t first_page = 0;   // logical page held at pages[page_offset]
+};
+static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
+
+enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
+
+struct KernelParams {
+  // This step's rows (read once).
+  const float* kv = nullptr;      // [T, coff·c], row stride kv_stride floats (multiple of 4), 16-B aligned
+  std::int64_t kv_stride = 0;
+  const float* score = nullptr;   // [T, coff·c] WITHOUT ape, row stride score_stride floats
+  std::int64_t score_stride = 0;
+  const float* ape = nullptr;     // [m, coff·c]
+  const float* norm = nullptr;    // [c]
+  // Per-slot state (CompressorStatePool::storage()).
+  float* state = nullptr;         // [num_slots, records_per_slot, record_floats]
+  std::int32_t records_per_slot = 0;  // two-pass: ring rows R; online: snapshots (max_rollback + 1)
+  std::int32_t record_floats = 0;     // two-pass: 2·coff·c (kv | score + ape); online: 3·c (M | S | V)
+  // The paged cache (PagedCache::storage()).
+  std::uint8_t* cache = nullptr;  // [num_pages, page_bytes]
+  std::int64_t page_bytes = 0;
+  std::int32_t entries_per_page = 0;  // B = P / m
+  // Optional outputs, one row per event (null when not asked for).
+  float* out_compressed = nullptr;         // [E, c]
+  std::int32_t* out_entry_ids = nullptr;   // [E]
+  std::int32_t* out_positions = nullptr;   // [E]
+  std::int32_t* out_cache_slots = nullptr; // [E]
+  // The step (device copies of StepLayout's arrays).
+  const StepRequest* requests = nullptr;   // [num_requests]
+  const std::int64_t* item_begin = nullptr;  // [num_requests + 1] first item of each request
+  const std::int32_t* pages = nullptr;     // physical pages of the entries the step completes
+  std::int32_t num_requests = 0;
+  std::int32_t one_item_per_request = 0;   // 1: item i is request i's head (decode steps: no search)
+  std::int64_t num_items = 0;
+  // The compressor.
+  std::int32_t ratio = 0;         // m
+  std::int32_t overlap = 0;       // 1: b branch over block n−1 (coff = 2)
+  std::int32_t max_rollback = 0;
+  std::int32_t rope_dim = 0;      // r, a multiple of 4 (each lane's 4 channels rotate or not together)
+  OutputKind output = OutputKind::Attention;
+  double eps = 0;                 // RMSNorm eps
+  float rope_frequencies[kMaxRopePairs] = {};  // f_i, float32, as RopeTable::frequencies()
+};
+
+}  // namespace dsv4::cuda::compressor
