@@ -11,6 +11,10 @@
 #include "ref/compressor_ref.hpp"
 #include "runtime/compressor_state_access.hpp"
 
+#if defined(DSV4_WITH_CUDA)
+#include "cuda/compressor/launch.hpp"
+#endif
+
 namespace dsv4 {
 
 // ---- views ---------------------------------------------------------------------------------------
@@ -32,7 +36,7 @@ MatrixF32View MatrixF32View::columns(std::int64_t begin, std::int64_t count) con
 
 namespace {
 
-[[noreturn]] void cuda_backend_missing(const std::string& operation) {
+[[noreturn, maybe_unused]] void cuda_backend_missing(const std::string& operation) {
   throw Error("device", "the CUDA backend of " + operation + " is not built yet (CPU only for now)");
 }
 
@@ -167,7 +171,13 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
   args.out_cache_slots = outputs.cache_slots.as<std::int32_t>();
   switch (pool.device()) {
     case Device::CPU: ref::compress(args); break;
-    case Device::CUDA: cuda_backend_missing("compress");
+    case Device::CUDA:
+#if defined(DSV4_WITH_CUDA)
+      cuda::run_compress(args);
+      break;
+#else
+      cuda_backend_missing("compress");
+#endif
   }
   for (const PlannedRequest& r : plan.requests) {
     if (r.slot != 0) CompressorStateAccess::advance(pool, r.slot, r.prefix_len + r.new_tokens);
@@ -196,9 +206,16 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
     const std::int32_t physical = checked_physical_page(cache, page_table, e / per_page, "page_table");
     slots.push_back(static_cast<std::int64_t>(physical) * per_page + e % per_page);
   }
-  if (!slots.empty() && cache.device() == Device::CUDA) cuda_backend_missing("rollback");
-  for (const std::int64_t s : slots) {
-    cache.layout().clear(cache.page_data(static_cast<int>(s / per_page)), static_cast<int>(s % per_page), per_page);
+  if (!slots.empty() && cache.device() == Device::CUDA) {
+#if defined(DSV4_WITH_CUDA)
+    cuda::clear_entries(cache.layout(), cache.storage().data_as<std::uint8_t>(), cache.page_bytes(), per_page, slots);
+#else
+    cuda_backend_missing("rollback");
+#endif
+  } else {
+    for (const std::int64_t s : slots) {
+      cache.layout().clear(cache.page_data(static_cast<int>(s / per_page)), static_cast<int>(s % per_page), per_page);
+    }
   }
   CompressorStateAccess::rewind(pool, slot, tokens - n);
 }
@@ -224,12 +241,19 @@ void fork_prefix(CompressorStatePool& pool, int src_slot, int dst_slot, std::int
           std::to_string(prefix_tokens) + " is outside [" + std::to_string(pool.rollback_floor(src_slot)) + ", " +
               std::to_string(pool.tokens(src_slot)) + "], the token counts whose state slot " +
               std::to_string(src_slot) + " still holds");
-  if (pool.device() == Device::CUDA) cuda_backend_missing("fork_prefix");
   // The whole slot is copied: it holds the rows (or snapshot) of the fork point among others.
   const std::size_t floats = static_cast<std::size_t>(pool.records_per_slot()) * pool.record_floats();
   const float* src = CompressorStateAccess::slot_records(pool, src_slot);
   float* dst = CompressorStateAccess::slot_records(pool, dst_slot);
-  std::copy(src, src + floats, dst);
+  if (pool.device() == Device::CUDA) {
+#if defined(DSV4_WITH_CUDA)
+    cuda::copy_state(dst, src, floats);
+#else
+    cuda_backend_missing("fork_prefix");
+#endif
+  } else {
+    std::copy(src, src + floats, dst);
+  }
   CompressorStateAccess::start_at(pool, dst_slot, prefix_tokens);
 }
 
