@@ -42,7 +42,7 @@ struct LayerOptions {
   int window_step = 64;
   IndexerKeyFormat indexer_format = IndexerKeyFormat::FP8;  // CSA key cache (132 or 68 bytes)
   bool online_compressor = false;     // running (M, S, V) state for non-overlapping compressors
-  int threads = 1;                    // CPU threads for projections and attention; results do not depend on it
+  int threads = 1;                    // CPU threads for the projections and the indexer; results do not depend on it
 };
 
 // One request's part of a step; its rows follow the previous request's in `x`.

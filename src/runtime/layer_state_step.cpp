@@ -3,6 +3,7 @@
 // window writes, candidate lists (window + CSA selection or all visible HCA entries), sparse
 // attention with sink and inverse RoPE → grouped output projection.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -10,7 +11,6 @@
 #include "dsv4/error.hpp"
 #include "dsv4/formats.hpp"
 #include "dsv4/sparse_attention.hpp"
-#include "ref/layer_linear.hpp"
 #include "ref/layer_projections.hpp"
 #include "runtime/layer_state_impl.hpp"
 #include "runtime/layer_state_select.hpp"
@@ -162,22 +162,10 @@ void detail::AttentionLayerImpl::step(std::span<const LayerStepRequest> batch, c
       Tensor out = Tensor::empty(DType::BF16, {n, H, d}), lse = Tensor::empty(DType::F32, {n, H});
       SparseAttentionOptions ao;
       ao.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-      // Rows are independent: split them over threads (each call sees its own row range).
-      ref::parallel_ranges(n, threads, static_cast<double>(H * (W + width) * d * 2),
-                           [&](std::int64_t r0, std::int64_t r1) {
-                             const auto rows = [&](const Tensor& t) {
-                               TensorView v = t.view();
-                               const std::int64_t row_elems = t.numel() / std::max<std::int64_t>(n, 1);
-                               v.data = static_cast<std::uint8_t*>(v.data) + r0 * row_elems * dtype_size(t.dtype());
-                               v.shape[0] = r1 - r0;
-                               return v;
-                             };
-                             SparseAttentionOptions part = ao;
-                             part.rope_cos = rows(cos);
-                             part.rope_sin = rows(sin);
-                             sparse_attention(rows(q), window_view, compressed_view, rows(window_slots),
-                                              rows(compressed_slots), sink.view(), rows(out), rows(lse), part);
-                           });
+      ao.rope_cos = cos.view();
+      ao.rope_sin = sin.view();
+      sparse_attention(q.view(), window_view, compressed_view, window_slots.view(), compressed_slots.view(),
+                       sink.view(), out.view(), lse.view(), ao);
       for (std::int64_t k = 0; k < n * H * d; ++k) o[a * H * d + k] = float_from_bf16_bits(out.data_as<std::uint16_t>()[k]);
     }
   }
