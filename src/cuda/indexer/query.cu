@@ -1,0 +1,25 @@
+// src/cuda/indexer/query.cu — launcher of the fused query preparation.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/indexer/params.hpp"
+#include "cuda/indexer/query_kernel.cuh"
+#include "dsv4/error.hpp"
+
+namespace dsv4::cuda {
+
+void prepare_indexer_queries(const IndexerQueryPrepParams& p, void* stream) {
+  using namespace indexer_query;
+  const std::int64_t blocks = (p.num_rows * p.heads + kWarps - 1) / kWarps;
+  require(blocks <= 0x7fffffff, "q_rows", "too many query heads for one launch");
+  auto* s = static_cast<cudaStream_t>(stream);
+  if (p.format == IndexerKeyFormat::FP8)
+    query_kernel<IndexerKeyFormat::FP8><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
+  else
+    query_kernel<IndexerKeyFormat::FP4><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
+  const cudaError_t status = cudaGetLastError();
+  require(status == cudaSuccess, "device", std::string("indexer query kernel launch: ") + cudaGetErrorString(status));
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,315 @@
+// src/cuda/indexer/score_kernel.cuh — I[t, s] = Σ_h w[t,h]·ReLU(q[t,h]·k_s) over paged FP8/FP4 keys.
+//
+// Tensor cores through wgmma m64n64k32 e4m3 with f32 accumulation: A = 64 keys from registers,
+// B = one query row's 64 heads from shared memory (K-major, 128-byte swizzle). The K dimension
+// (d_I = 128) is visited in a lane-friendly order: lane (g, q) of warp w supplies bytes
+// [16q, 16q+16) and [64+16q, 64+16q+16) of key rows 16w+g and 16w+g+8, and the queries are staged in
+// the matching order, which is one bijection of the 128 dims applied to both operands: the dot
+// products are unchanged and every key arrives with two 16-byte loads, no shared-memory staging.
+//
+// Scales stay out of the MMA: a positive per-key scale commutes with ReLU and multiplies the head
+// sum; the per-(row, head) query scale is folded into the head weight. FP4 keys and queries are
+// widened to e4m3 codes relative to their largest block scale (exact while a block is within 2^7
+// of it; further below, values are rounded to e4m3 — see docs/notes-indexer.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/indexer/params.hpp"
+#include "cuda/indexer/ptx_sm90.cuh"
+#include "cuda/indexer/score_config.hpp"
+#include "dsv4/formats.hpp"
+
+namespace dsv4::cuda::indexer_score {
+
+// Request of `row`: the last b with query_start[b] ≤ row.
+__device__ __forceinline__ int request_of_row(const std::int32_t* query_start, int num_requests, std::int64_t row) {
+  int lo = 0, hi = num_requests - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Shared-memory position of chunk c of head h: flipping bit 2 of the chunk on odd heads puts the
+// two heads a quarter-warp reads in different banks.
+__device__ __forceinline__ int swizzled_chunk(int chunk, int head) { return chunk ^ ((head & 1) << 2); }
+
+// Widening table d: byte j = e4m3 code of e2m1 magnitude j times 2^-d (round to nearest even).
+__device__ __forceinline__ uint2 e2m1_widening_table(int d) {
+  constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::uint32_t word[2] = {0, 0};
+  for (int j = 0; j < 8; ++j)
+    word[j / 4] |= static_cast<std::uint32_t>(e4m3_from(std::ldexp(kMagnitude[j], -d))) << (8 * (j % 4));
+  return make_uint2(word[0], word[1]);
+}
+
+// Eight e2m1 codes (value j in nibble j of `packed`) → e4m3 codes through `table`, as two words:
+// the even values (0, 2, 4, 6) then the odd ones (1, 3, 5, 7). Queries and keys use this same
+// order, so it is part of the K-dimension bijection.
+__device__ __forceinline__ uint2 widen_e2m1x8(std::uint32_t packed, uint2 table) {
+  const std::uint32_t even = packed & 0x07070707u;         // magnitude codes, one per byte
+  const std::uint32_t odd = (packed >> 4) & 0x07070707u;
+  // Gather the four byte-wide codes into the four selector nibbles of a byte permutation.
+  const std::uint32_t even_selector = __byte_perm(even | (even >> 4), 0, 0x0020);
+  const std::uint32_t odd_selector = __byte_perm(odd | (odd >> 4), 0, 0x0020);
+  const std::uint32_t even_codes = __byte_perm(table.x, table.y, even_selector) | ((packed << 4) & 0x80808080u);
+  const std::uint32_t odd_codes = __byte_perm(table.x, table.y, odd_selector) | (packed & 0x80808080u);
+  return make_uint2(even_codes, odd_codes);
+}
+
+// 16 e2m1 values (8 bytes) → one 16-byte e4m3 chunk.
+__device__ __forceinline__ uint4 widen_e2m1x16(uint2 packed, uint2 table) {
+  const uint2 lo = widen_e2m1x8(packed.x, table);
+  const uint2 hi = widen_e2m1x8(packed.y, table);
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// Largest of the four ue8m0 bytes of `scales`.
+__device__ __forceinline__ int max_scale_byte(std::uint32_t scales) {
+  const std::uint32_t m = __vmaxu4(scales, scales >> 16);
+  return static_cast<int>(max(m & 0xffu, (m >> 8) & 0xffu));
+}
+
+__device__ __forceinline__ uint2 table_for(const uint2* tables, int largest, int block_byte) {
+  return tables[min(largest - block_byte, kExponentTables - 1)];
+}
+
+// A lane's share of two key rows (16w+g and 16w+g+8 of the warpgroup's 64): chunks q and q+4 of each.
+struct KeyRows {
+  uint4 lo_g, hi_g, lo_g8, hi_g8;
+};
+
+// The pool page holding entry s of a request, or −1 when the table points outside the pool.
+__device__ __forceinline__ std::int64_t page_of(const IndexerScoreParams& p, const std::int32_t* page_row, int s) {
+  const int page_index = s >> p.entries_per_page_log2;
+  const std::int64_t page = page_index < p.max_pages ? page_row[page_index] : -1;
+  return page >= 0 && page < p.num_pages ? page : -1;
+}
+
+// Loads (for FP4 also widens) a lane's share of key row s (zeros past the visible range or for a
+// page outside the pool). FP4 also returns the key's scale in `scale` (NaN for a page outside the
+// pool; FP8: see fp8_key_scale).
+template <IndexerKeyFormat kFormat>
+__device__ __forceinline__ void load_key_row(const IndexerScoreParams& p, const std::int32_t* page_row, int s,
+                                             int visible_end, int quad, const uint2* tables, uint4& lo, uint4& hi,
+                                             float& scale) {
+  lo = hi = make_uint4(0, 0, 0, 0);
+  scale = 0.0f;
+  if (s >= visible_end) return;
+  const std::int64_t page = page_of(p, page_row, s);
+  if (page < 0) {
+    scale = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int entry = s & (p.entries_per_page - 1);
+  const std::uint8_t* base = p.pages + page * p.page_bytes;
+  if constexpr (kFormat == IndexerKeyFormat::FP8) {
+    const std::uint8_t* data = base + static_cast<std::int64_t>(entry) * kDim;
+    lo = ptx::load_stream_v4(data + quad * kChunkBytes);
+    hi = ptx::load_stream_v4(data + kDim / 2 + quad * kChunkBytes);
+  } else {
+    const std::uint8_t* data = base + static_cast<std::int64_t>(entry) * (kDim / 2);
+    const uint2 packed_lo = ptx::load_stream_v2(data + quad * (kChunkBytes / 2));
+    const uint2 packed_hi = ptx::load_stream_v2(data + kDim / 4 + quad * (kChunkBytes / 2));
+    const std::uint32_t scales = ptx::load_stream_u32(base + static_cast<std::int64_t>(p.entries_per_page) * (kDim / 2) +
+                                                      static_cast<std::int64_t>(entry) * 4);
+    const int largest = max_scale_byte(scales);
+    // Chunk q covers values [16q, 16q+16): block q/2; chunk q+4: block 2 + q/2.
+    lo = widen_e2m1x16(packed_lo, table_for(tables, largest, (scales >> (8 * (quad / 2))) & 0xff));
+    hi = widen_e2m1x16(packed_hi, table_for(tables, largest, (scales >> (8 * (2 + quad / 2))) & 0xff));
+    scale = float_from_ue8m0(static_cast<std::uint8_t>(largest));
+  }
+}
+
+// The float32 scale of FP8 key s: 0 past the visible range, NaN for a page outside the pool (the
+// score then shows the broken page table).
+__device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, const std::int32_t* page_row, int s,
+                                               int visible_end) {
+  if (s >= visible_end) return 0.0f;
+  const std::int64_t page = page_of(p, page_row, s);
+  if (page < 0) return __int_as_float(0x7fc00000);
+  const int entry = s & (p.entries_per_page - 1);
+  return __uint_as_float(ptx::load_stream_u32(p.pages + page * p.page_bytes +
+                                              static_cast<std::int64_t>(p.entries_per_page) * kDim + entry * 4));
+}
+
+// Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
+// (row, head) query scale into its weight. Row r, head h: 128 bytes at (r·heads + h)·128, holding
+// logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8). Logical chunk L
+// gathers word 2·(j%2) + L%2 of physical chunks 4·(j/2) + q, q = 0..3, j = L/2 — the bytes lane q
+// supplies to the A fragment of that k-step (see row_scores).
+template <IndexerKeyFormat kFormat>
+__device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::int64_t row0, int rows,
+                                              std::uint8_t* s_q, float* s_w, const uint2* tables) {
+  const int heads = p.heads;
+  for (int rh = threadIdx.x; rh < rows * heads; rh += kThreads) {  // rh = r·heads + h
+    const int h = rh % heads;
+    const std::int64_t head = row0 * heads + rh;
+    uint4 physical[kChunksPerHead];
+    float scale;
+    if constexpr (kFormat == IndexerKeyFormat::FP8) {
+#pragma unroll
+      for (int c = 0; c < kChunksPerHead; ++c)
+        physical[c] = *reinterpret_cast<const uint4*>(p.q_codes + head * kDim + c * kChunkBytes);
+      scale = static_cast<const float*>(p.q_scales)[head];
+    } else {
+      const std::uint32_t scales = static_cast<const std::uint32_t*>(p.q_scales)[head];
+      const int largest = max_scale_byte(scales);
+#pragma unroll
+      for (int c = 0; c < kChunksPerHead; ++c) {
+        const uint2 packed = *reinterpret_cast<const uint2*>(p.q_codes + head * (kDim / 2) + c * (kChunkBytes / 2));
+        physical[c] = widen_e2m1x16(packed, table_for(tables, largest, (scales >> (8 * (c / 2))) & 0xff));
+      }
+      scale = float_from_ue8m0(static_cast<std::uint8_t>(largest));
+    }
+    std::uint8_t* out = s_q + rh * kDim;
+#pragma unroll
+    for (int logical = 0; logical < kChunksPerHead; ++logical) {
+      const int j = logical / 2, half = j / 2, word = 2 * (j % 2) + logical % 2;
+      const auto pick = [&](const uint4& v) { return word == 0 ? v.x : word == 1 ? v.y : word == 2 ? v.z : v.w; };
+      const uint4 v = make_uint4(pick(physical[4 * half]), pick(physical[4 * half + 1]), pick(physical[4 * half + 2]),
+                                 pick(physical[4 * half + 3]));
+      *reinterpret_cast<uint4*>(out + ((logical ^ (h & 7)) * kChunkBytes)) = v;
+    }
+    s_w[rh] = p.weights[head] * scale;
+  }
+  // The tensor cores read these bytes through the async proxy.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys; lane (g, q) of warp w gets
+// the sums of keys 16w+g (lo) and 16w+g+8 (hi), reduced over the quad.
+__device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_q_row, const float* s_w_row,
+                                           int heads, int quad, float& sum_lo, float& sum_hi) {
+  sum_lo = sum_hi = 0.0f;
+  for (int group = 0; group < heads / kHeadGroup; ++group) {
+    const std::uint8_t* b_tile = s_q_row + group * kHeadGroup * kDim;  // 1024-byte aligned
+    float d[32];
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kKSteps; ++j) {
+      const uint4& g_chunk = j < 2 ? keys.lo_g : keys.hi_g;
+      const uint4& g8_chunk = j < 2 ? keys.lo_g8 : keys.hi_g8;
+      const int w0 = 2 * (j % 2);
+      ptx::wgmma_m64n64k32_e4m3_rs(d, word_of(g_chunk, w0), word_of(g8_chunk, w0), word_of(g_chunk, w0 + 1),
+                                   word_of(g8_chunk, w0 + 1), ptx::sw128_descriptor(b_tile + 32 * j), j > 0);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait_all();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ptx::fence_operand(d[i]);
+    const float* w = s_w_row + group * kHeadGroup + 2 * quad;
+#pragma unroll
+    for (int n = 0; n < kHeadGroup / 8; ++n) {
+      const float2 wn = *reinterpret_cast<const float2*>(w + 8 * n);
+      sum_lo += fmaxf(d[4 * n], 0.0f) * wn.x + fmaxf(d[4 * n + 1], 0.0f) * wn.y;
+      sum_hi += fmaxf(d[4 * n + 2], 0.0f) * wn.x + fmaxf(d[4 * n + 3], 0.0f) * wn.y;
+    }
+  }
+  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
+  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
+  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
+  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
+}
+
+// A lane's key rows of the step at k0 and their scales.
+template <IndexerKeyFormat kFormat>
+__device__ __forceinline__ void load_step(const IndexerScoreParams& p, const std::int32_t* page_row, int k0,
+                                          int visible_end, int g, int quad, const uint2* tables, KeyRows& keys,
+                                          float& scale_lo, float& scale_hi) {
+  const int s = k0 + g;
+  load_key_row<kFormat>(p, page_row, s, visible_end, quad, tables, keys.lo_g, keys.hi_g, scale_lo);
+  load_key_row<kFormat>(p, page_row, s + 8, visible_end, quad, tables, keys.lo_g8, keys.hi_g8, scale_hi);
+  if constexpr (kFormat == IndexerKeyFormat::FP8) {
+    scale_lo = fp8_key_scale(p, page_row, s, visible_end);
+    scale_hi = fp8_key_scale(p, page_row, s + 8, visible_end);
+  }
+}
+
+// scores [num_rows, num_cols]; grid (ceil(num_rows / 8), ceil(num_cols / key_chunk)).
+template <IndexerKeyFormat kFormat>
+__global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const int key_chunk) {
+  extern __shared__ __align__(16) std::uint8_t smem[];
+  const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
+  std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;   // [8][heads][128], swizzled
+  float* s_w = reinterpret_cast<float*>(s_q + query_bytes(p.heads));          // [8][heads]
+  uint2* s_tables = reinterpret_cast<uint2*>(s_w + kRowsPerTile * p.heads);    // [kExponentTables]
+  __shared__ int s_visible[kRowsPerTile];
+  __shared__ int s_request[kRowsPerTile];
+
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerTile;
+  const int rows = static_cast<int>(min(static_cast<std::int64_t>(kRowsPerTile), p.num_rows - row0));
+  const int col0 = static_cast<int>(blockIdx.y) * key_chunk;
+  const int col_end = min(col0 + key_chunk, p.num_cols);
+  const int warpgroup = threadIdx.x / 128;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, quad = lane % 4;
+
+  if (threadIdx.x < rows) {
+    s_visible[threadIdx.x] = min(max(p.visible[row0 + threadIdx.x], 0), p.num_cols);
+    s_request[threadIdx.x] = request_of_row(p.query_start, p.num_requests, row0 + threadIdx.x);
+  }
+  if constexpr (kFormat == IndexerKeyFormat::FP4) {
+    if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_widening_table(threadIdx.x);
+    __syncthreads();
+  }
+  stage_queries<kFormat>(p, row0, rows, s_q, s_w, s_tables);
+  __syncthreads();
+
+  const float neg_inf = -INFINITY;
+  // Rows of one request share their keys; a tile spanning requests handles them one after another.
+  for (int r_begin = 0; r_begin < rows;) {
+    const int request = s_request[r_begin];
+    int r_end = r_begin + 1, visible_end = s_visible[r_begin];
+    while (r_end < rows && s_request[r_end] == request) visible_end = max(visible_end, s_visible[r_end++]);
+    const std::int32_t* page_row = p.page_table + static_cast<std::int64_t>(request) * p.max_pages;
+
+    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
+    const int first = col0 + warpgroup * kKeysPerStep;
+    const int lane_key = 16 * warp + g;
+    KeyRows keys;
+    float scale_lo, scale_hi;
+    load_step<kFormat>(p, page_row, first + 16 * warp, visible_end, g, quad, s_tables, keys, scale_lo, scale_hi);
+    for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
+      if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
+        for (int r = r_begin; r < r_end; ++r) {
+          float* out = p.scores + (row0 + r) * p.num_cols;
+          for (int j = threadIdx.x % 128; j < kKeysPerStep; j += 128)
+            if (k0 + j < col_end) out[k0 + j] = neg_inf;
+        }
+        continue;
+      }
+      // Prefetch the next step while this one computes.
+      KeyRows next;
+      float next_lo, next_hi;
+      load_step<kFormat>(p, page_row, k0 + kKeysPerCtaStep + 16 * warp, visible_end, g, quad, s_tables, next,
+                         next_lo, next_hi);
+      for (int r = r_begin; r < r_end; ++r) {
+        float sum_lo, sum_hi;
+        row_scores(keys, s_q + r * p.heads * kDim, s_w + r * p.heads, p.heads, quad, sum_lo, sum_hi);
+        // Quad lanes 0 and 1 write keys 16w + g and 16w + g + 8.
+        const int s = k0 + lane_key + 8 * quad;
+        if (quad < 2 && s < col_end) {
+          const float value = quad == 0 ? sum_lo * scale_lo : sum_hi * scale_hi;
+          p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
+        }
+      }
+      keys = next;
+      scale_lo = next_lo;
+      scale_hi = next_hi;
+    }
+    r_begin = r_end;
+  }
+}
+
+}  // namespace dsv4::cuda::indexer_score
