@@ -1,0 +1,204 @@
+// `dsv4 make-weights`, `dsv4 run-layer` and `dsv4 demo` as a user runs them: contracts of
+// docs/cli.md, bit-identical files for any --chunks, and errors that exit non-zero without writing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "dsv4/config.hpp"
+#include "dsv4/formats.hpp"
+#include "dsv4/layer.hpp"
+#include "dsv4/safetensors.hpp"
+#include "testing/testing.hpp"
+
+namespace dsv4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string cli() { return testing::cli_path(); }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// x [T, D] of the tiny preset, N(0, 1), as F32 or BF16.
+std::string write_input(const std::string& dir, std::mt19937_64& rng, std::int64_t T, DType dtype) {
+  const int D = preset_config("tiny").hidden_size;
+  std::vector<float> x = testing::random_normal(rng, static_cast<std::size_t>(T * D));
+  SafetensorsWriter w;
+  if (dtype == DType::F32) {
+    w.add("x", DType::F32, {T, D}, x.data());
+  } else {
+    std::vector<std::uint16_t> bits(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) bits[i] = bf16_bits_from_float(x[i]);
+    w.add("x", DType::BF16, {T, D}, bits.data());
+  }
+  const std::string path = dir + "/x.safetensors";
+  w.write(path);
+  return path;
+}
+
+std::string make_weights(const std::string& dir, int layer, std::uint64_t seed) {
+  const std::string path = dir + "/w" + std::to_string(layer) + ".safetensors";
+  std::string out;
+  EXPECT_EQ(testing::run_command(cli() + " make-weights --config tiny --layer " + std::to_string(layer) + " --seed " +
+                                     std::to_string(seed) + " --out " + path,
+                                 &out),
+            0)
+      << out;
+  return path;
+}
+
+int run_layer(const std::string& args, std::string* output = nullptr) {
+  std::string out;
+  const int rc = testing::run_command(cli() + " run-layer --config tiny " + args, &out);
+  if (output) *output = out;
+  return rc;
+}
+
+std::string random_chunks(std::mt19937_64& rng, std::int64_t T) {
+  std::string text;
+  for (std::int64_t left = T; left > 0;) {
+    const std::int64_t n = std::min<std::int64_t>(left, rng() % 4 == 0 ? 1 + rng() % 60 : 1);
+    if (!text.empty()) text += ',';
+    text += std::to_string(n);
+    left -= n;
+  }
+  return text;
+}
+
+TEST(CliRunLayer, OutputsFollowTheContractAndAreIdenticalForAnyChunks) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::string dir = testing::temp_dir();
+  const ModelConfig tiny = preset_config("tiny");
+  const std::int64_t T = 140;
+  for (int layer : {0, 1, 2}) {
+    const std::string weights = make_weights(dir, layer, rng());
+    const std::string x = write_input(dir, rng, T, layer == 1 ? DType::BF16 : DType::F32);
+    const std::string whole = dir + "/whole.safetensors", parts = dir + "/parts.safetensors";
+    std::string out;
+    ASSERT_EQ(run_layer("--layer " + std::to_string(layer) + " --weights " + weights + " --in " + x + " --out " + whole,
+                        &out),
+              0)
+        << out;
+    const std::string chunks = random_chunks(rng, T);
+    ASSERT_EQ(run_layer("--layer " + std::to_string(layer) + " --weights " + weights + " --in " + x + " --out " + parts +
+                            " --chunks " + chunks + " --threads 1",
+                        &out),
+              0)
+        << out;
+    EXPECT_EQ(read_bytes(whole), read_bytes(parts)) << "layer " << layer << ", --chunks " << chunks;
+
+    const SafetensorsFile y = SafetensorsFile::open(whole);
+    EXPECT_EQ(y.info("y").dtype, DType::F32);
+    EXPECT_EQ(y.info("y").shape, (Shape{T, tiny.hidden_size}));
+    EXPECT_EQ(y.info("attn").dtype, DType::F32);
+    EXPECT_EQ(y.info("attn").shape, (Shape{T, tiny.num_heads, tiny.head_dim}));
+    EXPECT_EQ(y.contains("topk"), layer == 1);
+    if (layer != 1) continue;
+    const Tensor topk = y.read_int32("topk", {T, tiny.index_topk});
+    for (std::int64_t t = 0; t < T; ++t) {
+      const std::int32_t* row = topk.data_as<std::int32_t>() + t * tiny.index_topk;
+      const std::int64_t count = std::min<std::int64_t>((t + 1) / 4, tiny.index_topk);
+      for (int k = 0; k < tiny.index_topk; ++k) {
+        if (k < count) {
+          EXPECT_TRUE(row[k] >= 0 && (k == 0 || row[k] > row[k - 1])) << "t=" << t;
+        } else {
+          EXPECT_EQ(row[k], -1) << "t=" << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(CliRunLayer, KnownAnswerVectorThroughTheCommandLine) {
+  const std::string dir = testing::temp_dir(), out_path = dir + "/y.safetensors";
+  const std::string vectors = testing::vector_path("layer_small_2.safetensors");
+  std::string out;
+  ASSERT_EQ(testing::run_command(cli() + " run-layer --config " + testing::vector_path("small_config.json") +
+                                     " --layer 2 --weights " + vectors + " --in " + vectors + " --out " + out_path +
+                                     " --chunks 100,1,1,198",
+                                 &out),
+            0)
+      << out;
+  const SafetensorsFile got = SafetensorsFile::open(out_path), want = SafetensorsFile::open(vectors);
+  const auto values = [](const Tensor& t) { return std::vector<float>(t.data_as<float>(), t.data_as<float>() + t.numel()); };
+  EXPECT_LE(testing::relative_l2(values(got.read_float("y")), values(want.read_float("expected.y"))), 1e-2);
+  EXPECT_LE(testing::relative_l2(values(got.read_float("attn")), values(want.read_float("expected.attn"))), 1e-2);
+}
+
+TEST(CliRunLayer, ErrorsExitNonZeroWithoutWritingTheOutput) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::string dir = testing::temp_dir(), out = dir + "/out.safetensors";
+  const std::string w1 = make_weights(dir, 1, rng());
+  const std::string x = write_input(dir, rng, 20, DType::F32);
+  const std::string garbage = dir + "/garbage.safetensors";
+  std::ofstream(garbage) << "not a safetensors file";
+  SafetensorsWriter no_x;
+  const float v = 1.0f;
+  no_x.add("y", DType::F32, {1}, &v);
+  no_x.write(dir + "/no_x.safetensors");
+
+  const struct {
+    std::string args, message;
+  } cases[] = {
+      {"--layer 1 --weights " + garbage + " --in " + x, "garbage.safetensors"},
+      {"--layer 1 --weights " + w1 + " --in " + garbage, "garbage.safetensors"},
+      {"--layer 2 --weights " + w1 + " --in " + x, "layers.2.attn.wq_a.weight"},  // wrong layer
+      {"--layer 3 --weights " + w1 + " --in " + x, "layers.3.attn.wq_a.weight"},
+      {"--layer 9 --weights " + w1 + " --in " + x, "layer"},
+      {"--layer 1 --weights " + w1 + " --in " + x + " --chunks 10,5", "add up to 15"},
+      {"--layer 1 --weights " + w1 + " --in " + x + " --chunks 10,5,6", "add up to 21"},
+      {"--layer 1 --weights " + w1 + " --in " + x + " --chunks 10,x,10", "--chunks"},
+      {"--layer 1 --weights " + w1 + " --in " + x + " --chunks 10,-2,12", "--chunks"},
+      {"--layer 1 --weights " + w1 + " --in " + dir + "/no_x.safetensors", "x"},
+      {"--layer 1 --weights " + w1 + " --in " + x + " --device cuda", "--device"},
+      {"--layer 1 --weights " + w1 + " --in " + dir + "/missing.safetensors", "missing.safetensors"},
+  };
+  for (const auto& c : cases) {
+    std::string output;
+    EXPECT_NE(run_layer(c.args + " --out " + out, &output), 0) << c.args;
+    EXPECT_NE(output.find(c.message), std::string::npos) << c.args << "\n" << output;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+  // A file of the wrong width for the config.
+  std::string output;
+  EXPECT_NE(testing::run_command(cli() + " run-layer --config " + testing::vector_path("small_config.json") +
+                                     " --layer 1 --weights " + w1 + " --in " + x + " --out " + out,
+                                 &output),
+            0);
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(CliMakeWeights, ErrorsExitNonZeroWithoutWritingTheOutput) {
+  const std::string dir = testing::temp_dir(), out = dir + "/w.safetensors";
+  for (const std::string args : {"--config tiny --layer 4", "--config tiny --layer -1", "--config nonesuch --layer 0",
+                                 "--config tiny --layer 0 --seed banana"}) {
+    std::string output;
+    EXPECT_NE(testing::run_command(cli() + " make-weights " + args + " --out " + out, &output), 0) << args;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+  std::string output;
+  EXPECT_NE(testing::run_command(cli() + " make-weights --config tiny --layer 0 --out " + dir + "/no/such/dir/w.safetensors",
+                                 &output),
+            0);
+}
+
+TEST(CliDemo, ShortRunPassesItsSelfCheck) {
+  std::string output;
+  ASSERT_EQ(testing::run_command(cli() + " demo --prompt-tokens 300 --decode-tokens 6 --chunk 64 --threads 2", &output), 0)
+      << output;
+  EXPECT_NE(output.find("PASS"), std::string::npos) << output;
+  for (const char* kind : {"SWA", "CSA", "HCA"}) EXPECT_NE(output.find(kind), std::string::npos) << output;
+  EXPECT_NE(output.find("179.00"), std::string::npos) << "CSA: 584/4 + 132/4 bytes per token\n" << output;
+  EXPECT_NE(testing::run_command(cli() + " demo --chunk 0", &output), 0);
+  EXPECT_NE(testing::run_command(cli() + " demo --device cuda", &output), 0);
+}
+
+}  // namespace
+}  // namespace dsv4
