@@ -1,0 +1,776 @@
+// The CUDA compressor against the CPU reference (SPEC §9 tolerances), and the GPU's own guarantees:
+// bit-identical bytes across chunkings and batch compositions, rollback, prefix forks, many-request
+// ragged batches, graph capture, CUDA-specific argument errors, and the cuBLAS projection.
+// Tests named *Sanitize* are the reduced set scripts/gpu-check runs under compute-sanitizer.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/compressor_testing.hpp"
+#include "cuda/compressor/launch.hpp"
+#include "dsv4/projection.hpp"
+#include "ref/compressor_ref.hpp"
+
+namespace dsv4 {
+namespace {
+
+using namespace compressor_testing;
+
+// ---- cases ---------------------------------------------------------------------------------------
+
+struct Case {
+  const char* name;
+  int ratio;
+  bool overlap;
+  EntryKind output;
+  bool online;
+};
+std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+
+// The model's compressors (attention width 512, indexer width 128), the indexer-width variants of
+// the long-window kernels, and other ratios (nothing hard-wires 4 or 128).
+const Case kCases[] = {
+    {"C4Attention", 4, true, EntryKind::Attention, false},
+    {"C4IndexerFP8", 4, true, EntryKind::IndexerFP8, false},
+    {"C4IndexerFP4", 4, true, EntryKind::IndexerFP4, false},
+    {"C128", 128, false, EntryKind::Attention, false},
+    {"C128Online", 128, false, EntryKind::Attention, true},
+    {"C128IndexerFP8", 128, false, EntryKind::IndexerFP8, false},
+    {"C128OnlineIndexerFP4", 128, false, EntryKind::IndexerFP4, true},
+    {"C2OverlapFP8", 2, true, EntryKind::IndexerFP8, false},
+    {"C1Attention", 1, false, EntryKind::Attention, false},
+    {"C8OnlineFP4", 8, false, EntryKind::IndexerFP4, true},
+    {"C16Overlap", 16, true, EntryKind::Attention, false},
+};
+
+class CompressorGpu : public ::testing::TestWithParam<Case> {
+ protected:
+  CompressorSpec spec() const { return make_spec(GetParam().ratio, GetParam().overlap, GetParam().output, GetParam().online); }
+};
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+Tensor host_copy(const Tensor& t) { return t.device() == Device::CPU ? t : t.to(Device::CPU); }
+
+template <class T>
+std::vector<T> host_vector(const Tensor& t) {
+  const Tensor h = host_copy(t);
+  const T* p = h.data_as<const T>();
+  return std::vector<T>(p, p + h.numel());
+}
+
+std::vector<std::uint8_t> state_bytes(const CompressorStatePool& pool) { return host_vector<std::uint8_t>(pool.storage()); }
+
+// Every entry of two caches, value by value (SPEC §9: ≥ 99.9% of codes and scale bytes equal, the
+// rest one step away).
+struct CacheDiff {
+  long values = 0, different = 0;
+  int max_steps = 0;
+};
+CacheDiff compare_caches(const PagedCache& got, const PagedCache& want) {
+  const std::vector<std::uint8_t> g = got.host_bytes(), w = want.host_bytes();
+  const EntryLayout& layout = want.layout();
+  const int per_page = want.entries_per_page();
+  std::vector<std::uint8_t> ge(static_cast<std::size_t>(layout.entry_bytes())), we(ge.size());
+  CacheDiff d;
+  for (std::int64_t slot = 0; slot < want.num_slots(); ++slot) {
+    const std::int64_t page = slot / per_page * want.page_bytes();
+    const int i = static_cast<int>(slot % per_page);
+    layout.gather(g.data() + page, i, per_page, ge.data());
+    layout.gather(w.data() + page, i, per_page, we.data());
+    const EntryDiff e = compare_entry(layout, ge.data(), we.data());
+    d.values += e.values;
+    d.different += e.different;
+    d.max_steps = std::max(d.max_steps, e.max_steps);
+  }
+  return d;
+}
+
+void expect_caches_close(const PagedCache& got, const PagedCache& want, const std::string& where) {
+  const CacheDiff d = compare_caches(got, want);
+  EXPECT_LE(d.max_steps, 1) << where;
+  EXPECT_LE(static_cast<double>(d.different), 1e-3 * static_cast<double>(d.values)) << where << ": " << d.different
+                                                                                      << " of " << d.values;
+}
+
+// Rows of a step: kv and score either as two contiguous tensors or as the two column halves of one
+// fused [T, 2·coff·c] projection output (row stride 2·coff·c).
+struct StepRows {
+  Tensor kv, score, fused;
+  MatrixF32View kv_view, score_view;
+};
+StepRows make_rows(const std::vector<float>& kv, const std::vector<float>& score, std::int64_t rows, int width,
+                   bool fused, Device device) {
+  StepRows r;
+  if (fused) {
+    std::vector<float> both(static_cast<std::size_t>(rows * 2 * width));
+    for (std::int64_t t = 0; t < rows; ++t) {
+      std::copy_n(kv.begin() + t * width, width, both.begin() + t * 2 * width);
+      std::copy_n(score.begin() + t * width, width, both.begin() + t * 2 * width + width);
+    }
+    r.fused = Tensor::from_host(DType::F32, {rows, 2 * width}, both.data(), device);
+    const MatrixF32View all = MatrixF32View::of(r.fused.view(), "rows");
+    r.kv_view = all.columns(0, width);
+    r.score_view = all.columns(width, width);
+  } else {
+    r.kv = Tensor::from_host(DType::F32, {rows, width}, kv.data(), device);
+    r.score = Tensor::from_host(DType::F32, {rows, width}, score.data(), device);
+    r.kv_view = MatrixF32View::of(r.kv.view(), "kv");
+    r.score_view = MatrixF32View::of(r.score.view(), "score");
+  }
+  return r;
+}
+
+// One backend's pool, cache and weights.
+struct Side {
+  Device device;
+  Tensor ape, norm;
+  CompressorStatePool pool;
+  PagedCache cache;
+  Side(const CompressorSpec& spec, Device d, const std::vector<float>& ape_host, const std::vector<float>& norm_host,
+       int slots, int pages, int page_size)
+      : device(d),
+        ape(Tensor::from_host(DType::F32, {spec.ratio, spec.row_width()}, ape_host.data(), d)),
+        norm(Tensor::from_host(DType::F32, {spec.width}, norm_host.data(), d)),
+        pool(spec, slots, d),
+        cache(make_compressed_cache(spec, page_size, pages, d)) {}
+  CompressorWeights weights() const { return {ape.view(), norm.view()}; }
+};
+
+struct StepOutputs {
+  Tensor compressed, entry_ids, positions, cache_slots;
+  StepOutputs(std::int64_t events, int width, Device d)
+      : compressed(Tensor::empty(DType::F32, {events, width}, d)),
+        entry_ids(Tensor::empty(DType::I32, {events}, d)),
+        positions(Tensor::empty(DType::I32, {events}, d)),
+        cache_slots(Tensor::empty(DType::I32, {events}, d)) {
+    // Poison: NaN rows and −1 indices unless the kernel writes every element.
+    compressed.fill_bytes(0xff);
+    entry_ids.fill_bytes(0xff);
+    positions.fill_bytes(0xff);
+    cache_slots.fill_bytes(0xff);
+  }
+  CompressOutputs views() const { return {compressed.view(), entry_ids.view(), positions.view(), cache_slots.view()}; }
+};
+
+// Compressed rows: every element finite, each row within 1e-5 (normwise) of the reference's.
+void expect_rows_close(const std::vector<float>& got, const std::vector<float>& want, int width, const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  long non_finite = 0;
+  double worst = 0;
+  for (std::size_t row = 0; row < want.size() / static_cast<std::size_t>(width); ++row) {
+    double scale = 0, diff = 0;
+    for (int k = 0; k < width; ++k) {
+      const std::size_t i = row * static_cast<std::size_t>(width) + static_cast<std::size_t>(k);
+      if (!std::isfinite(got[i])) ++non_finite;
+      scale = std::max(scale, static_cast<double>(std::fabs(want[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    }
+    worst = std::max(worst, scale > 0 ? diff / scale : diff);
+  }
+  EXPECT_EQ(non_finite, 0) << where;
+  EXPECT_LE(worst, 1e-5) << where;
+}
+
+// A request of a test: its whole stream, how far it has been fed, its pages.
+struct Request {
+  Stream stream;
+  int slot = 0;
+  std::int64_t fed = 0;
+  std::vector<std::int32_t> page_table;
+};
+
+// The CPU reference and the GPU side by side: every step runs on both and is compared.
+class Twin {
+ public:
+  Twin(const CompressorSpec& spec, std::mt19937_64& rng, int slots, int pages, int page_size = 256)
+      : spec_(spec),
+        ape_(testing::random_normal(rng, static_cast<std::size_t>(spec.ratio * spec.row_width()), 0.5f)),
+        norm_(testing::random_floats(rng, static_cast<std::size_t>(spec.width), 0.5f, 1.5f)),
+        cpu_(spec, Device::CPU, ape_, norm_, slots, pages, page_size),
+        gpu_(spec, Device::CUDA, ape_, norm_, slots, pages, page_size) {}
+
+  const CompressorSpec& spec() const { return spec_; }
+  Side& cpu() { return cpu_; }
+  Side& gpu() { return gpu_; }
+  int entries_per_page() const { return gpu_.cache.entries_per_page(); }
+
+  // A request of `tokens` random rows with fresh pages for all its entries (num_pages permitting).
+  Request add_request(std::mt19937_64& rng, std::int64_t tokens) {
+    Request r;
+    r.stream = random_stream(rng, spec_, tokens);
+    r.slot = gpu_.pool.allocate();
+    EXPECT_EQ(cpu_.pool.allocate(), r.slot);
+    const std::int64_t pages = tokens / spec_.ratio / entries_per_page() + 1;
+    for (std::int64_t p = 0; p < pages; ++p) r.page_table.push_back(next_page_++);
+    EXPECT_LT(next_page_, gpu_.cache.num_pages()) << "test sizing: too few cache pages";
+    return r;
+  }
+
+  // One step: request i brings counts[i] more rows (order = batch order); a padding entry is added
+  // when `pad`. Compares the outputs; returns the number of events.
+  std::int64_t step(std::vector<Request*> requests, const std::vector<std::int64_t>& counts, bool fused, bool pad,
+                    const std::string& where) {
+    CompressBatch batch;
+    std::vector<float> kv, score;
+    const int w = spec_.row_width();
+    if (pad) batch.push_back(CompressRequest{0, 0, 0, {}});
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      Request& r = *requests[i];
+      batch.push_back(CompressRequest{r.slot, r.fed, counts[i], r.page_table});
+      kv.insert(kv.end(), r.stream.kv.begin() + r.fed * w, r.stream.kv.begin() + (r.fed + counts[i]) * w);
+      score.insert(score.end(), r.stream.score.begin() + r.fed * w, r.stream.score.begin() + (r.fed + counts[i]) * w);
+    }
+    const std::int64_t rows = static_cast<std::int64_t>(kv.size()) / w;
+    const std::int64_t events = count_compress_events(spec_, batch);
+    StepOutputs out_cpu(events, spec_.width, Device::CPU), out_gpu(events, spec_.width, Device::CUDA);
+    const StepRows rows_cpu = make_rows(kv, score, rows, w, fused, Device::CPU);
+    const StepRows rows_gpu = make_rows(kv, score, rows, w, fused, Device::CUDA);
+    compress(spec_, gpu_.weights(), batch, rows_gpu.kv_view, rows_gpu.score_view, gpu_.pool, gpu_.cache, out_gpu.views());
+    compress(spec_, cpu_.weights(), batch, rows_cpu.kv_view, rows_cpu.score_view, cpu_.pool, cpu_.cache, out_cpu.views());
+    expect_rows_close(host_vector<float>(out_gpu.compressed), host_vector<float>(out_cpu.compressed), spec_.width, where);
+    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.entry_ids), host_vector<std::int32_t>(out_cpu.entry_ids)) << where;
+    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.positions), host_vector<std::int32_t>(out_cpu.positions)) << where;
+    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.cache_slots), host_vector<std::int32_t>(out_cpu.cache_slots)) << where;
+    for (std::size_t i = 0; i < requests.size(); ++i) requests[i]->fed += counts[i];
+    return events;
+  }
+
+  // Caches within the SPEC §9 byte tolerance; the state: two-pass rings are plain copies of the
+  // rows (bit-identical), online snapshots hold M exactly, S and V within float rounding.
+  void expect_same_state_and_cache(const std::string& where) {
+    expect_caches_close(gpu_.cache, cpu_.cache, where);
+    const std::vector<float> g = host_vector<float>(gpu_.pool.storage()), c = host_vector<float>(cpu_.pool.storage());
+    ASSERT_EQ(g.size(), c.size());
+    if (!spec_.online) {
+      EXPECT_TRUE(g == c) << where << ": ring state differs";
+      return;
+    }
+    const int width = spec_.width;
+    long max_differs = 0;
+    double worst_sum = 0, worst_mean = 0, mean_scale = 0;
+    for (std::size_t r = 0; r < g.size() / static_cast<std::size_t>(3 * width); ++r) {
+      for (int k = 0; k < width; ++k) {
+        const std::size_t m = r * 3 * static_cast<std::size_t>(width) + static_cast<std::size_t>(k);
+        if (g[m] != c[m]) ++max_differs;
+        const std::size_t s = m + static_cast<std::size_t>(width), v = s + static_cast<std::size_t>(width);
+        if (c[s] != 0) worst_sum = std::max(worst_sum, std::fabs(static_cast<double>(g[s]) - c[s]) / std::fabs(c[s]));
+        worst_mean = std::max(worst_mean, std::fabs(static_cast<double>(g[v]) - c[v]));
+        mean_scale = std::max(mean_scale, static_cast<double>(std::fabs(c[v])));
+      }
+    }
+    EXPECT_EQ(max_differs, 0) << where << ": running maxima differ";
+    EXPECT_LE(worst_sum, 1e-5) << where;
+    EXPECT_LE(worst_mean, 1e-5 * std::max(mean_scale, 1.0)) << where;
+  }
+
+ private:
+  CompressorSpec spec_;
+  std::vector<float> ape_, norm_;
+  Side cpu_, gpu_;
+  std::int32_t next_page_ = 1;
+};
+
+// A random number of rows for a step: none, a draft burst (1..8) or a prefill chunk.
+std::int64_t random_step_rows(std::mt19937_64& rng, int m, std::int64_t left) {
+  std::uniform_int_distribution<int> kind(0, 9);
+  const int k = kind(rng);
+  std::int64_t n;
+  if (k == 0) {
+    n = 0;
+  } else if (k <= 5) {
+    n = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+  } else {
+    n = std::uniform_int_distribution<std::int64_t>(1, 3 * m + 40)(rng);
+  }
+  return std::min(n, left);
+}
+
+// Runs `requests` to the end of their streams in random ragged steps (random order, random
+// subsets, padding entries, fused and separate row layouts), comparing each step.
+void run_ragged(Twin& twin, std::vector<Request>& requests, std::mt19937_64& rng) {
+  int step = 0;
+  for (;;) {
+    std::vector<Request*> members;
+    std::vector<std::int64_t> counts;
+    for (Request& r : requests) {
+      const std::int64_t left = r.stream.tokens - r.fed;
+      if (left == 0 || rng() % 4 == 0) continue;  // some requests sit a step out
+      members.push_back(&r);
+      counts.push_back(random_step_rows(rng, twin.spec().ratio, left));
+    }
+    if (members.empty()) {
+      if (std::all_of(requests.begin(), requests.end(), [](const Request& r) { return r.fed == r.stream.tokens; })) break;
+      continue;
+    }
+    std::vector<std::size_t> order(members.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<Request*> shuffled;
+    std::vector<std::int64_t> shuffled_counts;
+    for (std::size_t i : order) {
+      shuffled.push_back(members[i]);
+      shuffled_counts.push_back(counts[i]);
+    }
+    twin.step(shuffled, shuffled_counts, step % 2 == 1, step % 3 == 0, "step " + std::to_string(step));
+    ++step;
+  }
+}
+
+// Total tokens for a test request: a few blocks, not a multiple of m, crossing pages.
+std::int64_t request_tokens(std::mt19937_64& rng, int m, std::int64_t blocks_lo, std::int64_t blocks_hi) {
+  const std::int64_t blocks = std::uniform_int_distribution<std::int64_t>(blocks_lo, blocks_hi)(rng);
+  return blocks * m + std::uniform_int_distribution<std::int64_t>(0, m - 1)(rng);
+}
+
+// ---- against the reference ---------------------------------------------------------------------------
+
+TEST_P(CompressorGpu, MatchesReferenceOnRaggedSteps) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  Twin twin(s, rng, 12, 160, 4 * s.ratio * 4);  // 16 entries per page: requests cross pages
+  std::vector<Request> requests;
+  const std::int64_t blocks_hi = s.ratio >= 64 ? 12 : 90;
+  for (int i = 0; i < 8; ++i) requests.push_back(twin.add_request(rng, request_tokens(rng, s.ratio, 0, blocks_hi)));
+  run_ragged(twin, requests, rng);
+  twin.expect_same_state_and_cache("end");
+}
+
+// 1, 3, 64 and 1024 requests with different prefixes: one prefill step of mixed lengths (below a
+// block, mid-block, several blocks), then one decode step of 1..8 tokens each.
+TEST_P(CompressorGpu, MixedBatchesOfManyRequests) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  for (const int n : {1, 3, 64, 1024}) {
+    const std::int64_t pages_per_request = (2 * s.ratio + 40) / s.ratio / 16 + 2;
+    Twin twin(s, rng, n + 1, static_cast<int>(n * pages_per_request + 2), 16 * s.ratio);
+    std::vector<Request> requests;
+    std::vector<std::int64_t> prefill, decode;
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t prefix = std::uniform_int_distribution<std::int64_t>(0, s.ratio + 23)(rng);
+      const std::int64_t drafts = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+      requests.push_back(twin.add_request(rng, prefix + drafts));
+      prefill.push_back(prefix);
+      decode.push_back(drafts);
+    }
+    std::vector<Request*> all;
+    for (Request& r : requests) all.push_back(&r);
+    twin.step(all, prefill, n % 2 == 0, false, std::to_string(n) + " requests, prefill");
+    twin.step(all, decode, n % 2 == 1, true, std::to_string(n) + " requests, decode");
+    twin.expect_same_state_and_cache(std::to_string(n) + " requests");
+  }
+}
+
+// ---- the GPU's own invariants ---------------------------------------------------------------------
+
+// A single request on the GPU through SingleRequestCompressor, fed in `chunks`.
+RunResult run_gpu_chunks(const CompressorSpec& spec, const Stream& s, const std::vector<std::int64_t>& chunks,
+                         int page_size) {
+  SingleRequestCompressor comp(spec, s.ape_view(), s.norm_view(), s.tokens, page_size, Device::CUDA);
+  RunResult out;
+  std::int64_t at = 0;
+  for (const std::int64_t n : chunks) {
+    const auto appended = comp.append(s.kv_rows(at, n), s.score_rows(at, n));
+    const float* p = appended.compressed.data_as<const float>();
+    out.compressed.insert(out.compressed.end(), p, p + appended.compressed.numel());
+    at += n;
+  }
+  out.cache = comp.cache().host_bytes();
+  for (std::int64_t e = 0; e < comp.num_entries(); ++e) out.entries.push_back(comp.entry_bytes(e));
+  return out;
+}
+
+TEST_P(CompressorGpu, ChunkingNeverChangesABit) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  const std::int64_t m = s.ratio;
+  const Stream stream = random_stream(rng, s, (m >= 64 ? 5 : 70) * m + m / 2 + 1);
+  const int page_size = 8 * s.ratio;
+  const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  ASSERT_FALSE(whole.entries.empty());
+  // Also against the CPU reference, on this single-request path.
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(whole.compressed, cpu.compressed, s.width, "whole stream vs CPU");
+  std::vector<std::vector<std::int64_t>> chunkings = {
+      random_chunks(rng, stream.tokens, 8),           // decode with drafts
+      random_chunks(rng, stream.tokens, 3 * m + 9),   // chunked prefill
+      {stream.tokens / 2, 0, stream.tokens - stream.tokens / 2},
+  };
+  if (m <= 8) chunkings.push_back(std::vector<std::int64_t>(static_cast<std::size_t>(stream.tokens), 1));
+  // A first chunk ending at every offset within a block (around the boundaries for long blocks).
+  std::vector<std::int64_t> offsets;
+  if (m <= 16) {
+    for (std::int64_t k = 1; k < 2 * m; ++k) offsets.push_back(k);
+  } else {
+    offsets = {1, m / 2, m - 1, m + 1, 2 * m - 1};
+  }
+  for (const std::int64_t k : offsets) chunkings.push_back({k, stream.tokens - k});
+  for (const auto& chunks : chunkings) {
+    const RunResult run = run_gpu_chunks(s, stream, chunks, page_size);
+    EXPECT_TRUE(run.compressed == whole.compressed) << chunks.size() << " chunks, first " << chunks[0];
+    EXPECT_TRUE(run.cache == whole.cache) << chunks.size() << " chunks, first " << chunks[0];
+  }
+}
+
+// The same requests alone (each in its own steps) and all together in shuffled mixed steps with a
+// different chunking: every request's entries are bit-identical.
+TEST_P(CompressorGpu, BatchCompositionNeverChangesABit) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  const int n = 6;
+  const int page_size = 8 * s.ratio;
+  std::vector<Stream> streams;
+  for (int i = 0; i < n; ++i) streams.push_back(random_stream(rng, s, request_tokens(rng, s.ratio, 1, s.ratio >= 64 ? 4 : 40)));
+  std::vector<float> ape = testing::random_normal(rng, static_cast<std::size_t>(s.ratio * s.row_width()), 0.5f);
+  std::vector<float> norm = testing::random_floats(rng, static_cast<std::size_t>(s.width), 0.5f, 1.5f);
+  const auto run = [&](bool together) {
+    Side side(s, Device::CUDA, ape, norm, n + 1, 200, page_size);
+    std::vector<Request> requests(static_cast<std::size_t>(n));
+    std::int32_t next_page = 1;
+    for (int i = 0; i < n; ++i) {
+      Request& r = requests[static_cast<std::size_t>(i)];
+      r.stream = streams[static_cast<std::size_t>(i)];
+      r.slot = side.pool.allocate();
+      const std::int64_t pages = r.stream.tokens / s.ratio / side.cache.entries_per_page() + 1;
+      for (std::int64_t p = 0; p < pages; ++p) r.page_table.push_back(together ? next_page++ : 0);
+    }
+    if (!together) {  // different physical pages: reversed order
+      for (int i = n - 1; i >= 0; --i) {
+        for (auto& page : requests[static_cast<std::size_t>(i)].page_table) page = next_page++;
+      }
+    }
+    const int w = s.row_width();
+    for (;;) {
+      CompressBatch batch;
+      std::vector<float> kv, score;
+      std::vector<std::size_t> order(static_cast<std::size_t>(n));
+      std::iota(order.begin(), order.end(), 0);
+      if (together) std::shuffle(order.begin(), order.end(), rng);
+      for (const std::size_t i : order) {
+        Request& r = requests[i];
+        const std::int64_t left = r.stream.tokens - r.fed;
+        if (left == 0) continue;
+        const std::int64_t count = random_step_rows(rng, s.ratio, left);
+        batch.push_back(CompressRequest{r.slot, r.fed, count, r.page_table});
+        kv.insert(kv.end(), r.stream.kv.begin() + r.fed * w, r.stream.kv.begin() + (r.fed + count) * w);
+        score.insert(score.end(), r.stream.score.begin() + r.fed * w, r.stream.score.begin() + (r.fed + count) * w);
+        r.fed += count;
+        if (!together) break;  // one request per step
+      }
+      if (batch.empty()) break;
+      const std::int64_t rows = static_cast<std::int64_t>(kv.size()) / w;
+      const StepRows step_rows = make_rows(kv, score, rows, w, together, Device::CUDA);
+      compress(s, side.weights(), batch, step_rows.kv_view, step_rows.score_view, side.pool, side.cache);
+    }
+    std::vector<std::vector<std::uint8_t>> entries;
+    for (const Request& r : requests) {
+      for (std::int64_t e = 0; e < r.stream.tokens / s.ratio; ++e) {
+        entries.push_back(side.cache.entry_bytes(physical_slot(r.page_table.data(), e, side.cache.entries_per_page())));
+      }
+    }
+    return entries;
+  };
+  const auto alone = run(false), together = run(true);
+  ASSERT_EQ(alone.size(), together.size());
+  for (std::size_t e = 0; e < alone.size(); ++e) ASSERT_TRUE(alone[e] == together[e]) << "entry " << e;
+}
+
+// Drafts across a block and a page boundary, rolled back in two steps, then a different
+// continuation: bytes equal a run that never saw the drafts; the dropped entries are zero.
+TEST_P(CompressorGpu, RollbackAcrossBlockAndPageBoundaries) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  const std::int64_t m = s.ratio;
+  const int page_size = 4 * s.ratio;  // 4 entries per page
+  // The drafts [start, start + 8) cross position 4·page_size (a page boundary, and a block boundary).
+  const std::int64_t boundary = 4 * page_size;
+  const std::int64_t start = boundary - std::min<std::int64_t>(4, m) - 1;
+  const std::int64_t tail = 2 * m + 5;
+  const Stream kept = random_stream(rng, s, start + tail);
+  Stream drafted = kept;  // the same prefix, then 8 other rows
+  const Stream other = random_stream(rng, s, 8);
+  const int w = s.row_width();
+  drafted.kv.resize(static_cast<std::size_t>(start * w));
+  drafted.score.resize(static_cast<std::size_t>(start * w));
+  drafted.kv.insert(drafted.kv.end(), other.kv.begin(), other.kv.end());
+  drafted.score.insert(drafted.score.end(), other.score.begin(), other.score.end());
+  drafted.tokens = start + 8;
+
+  SingleRequestCompressor with(s, kept.ape_view(), kept.norm_view(), start + tail + 8, page_size, Device::CUDA);
+  with.append(kept.kv_rows(0, start), kept.score_rows(0, start));
+  with.append(drafted.kv_rows(start, 8), drafted.score_rows(start, 8));
+  const std::int64_t entries_with_drafts = with.num_entries();
+  ASSERT_GT(entries_with_drafts, start / m) << "the drafts must complete an entry";
+  with.rollback(5);
+  with.rollback(3);
+  ASSERT_EQ(with.tokens(), start);
+  for (std::int64_t e = start / m; e < entries_with_drafts; ++e) {
+    const std::vector<std::uint8_t> bytes = with.cache().entry_bytes(physical_slot(with.page_table().data(), e, with.cache().entries_per_page()));
+    EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0; })) << "entry " << e;
+  }
+  with.append(kept.kv_rows(start, tail), kept.score_rows(start, tail));
+
+  SingleRequestCompressor without(s, kept.ape_view(), kept.norm_view(), start + tail + 8, page_size, Device::CUDA);
+  without.append(kept.kv_rows(0, 3), kept.score_rows(0, 3));
+  without.append(kept.kv_rows(3, start + tail - 3), kept.score_rows(3, start + tail - 3));
+  EXPECT_TRUE(with.cache().host_bytes() == without.cache().host_bytes());
+  for (std::int64_t e = 0; e < without.num_entries(); ++e) ASSERT_TRUE(with.entry_bytes(e) == without.entry_bytes(e)) << e;
+}
+
+// Prefix reuse on the GPU: a fork at a page boundary continues exactly like a run from scratch.
+TEST_P(CompressorGpu, ForkAtAPageBoundaryEqualsARunFromScratch) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  const int page_size = 4 * s.ratio;
+  const std::int64_t fork_at = 2 * page_size, tail = 3 * s.ratio + 3;
+  const Stream base = random_stream(rng, s, fork_at + tail);  // the src continues with these rows
+  Stream branch = base;                                          // the dst with others after the fork
+  const Stream other = random_stream(rng, s, tail);
+  const int w = s.row_width();
+  std::copy(other.kv.begin(), other.kv.end(), branch.kv.begin() + fork_at * w);
+  std::copy(other.score.begin(), other.score.end(), branch.score.begin() + fork_at * w);
+
+  const std::vector<float> ape = base.ape, norm = base.norm;
+  Side side(s, Device::CUDA, ape, norm, 4, 40, page_size);
+  const int src = side.pool.allocate(), dst = side.pool.allocate();
+  const std::vector<std::int32_t> src_pages = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<std::int32_t> dst_pages = {1, 2, 11, 12, 13, 14, 15, 16};  // shares the first two pages
+  const auto feed = [&](int slot, const Stream& st, std::int64_t from, std::int64_t count, const std::vector<std::int32_t>& pages) {
+    const StepRows rows = make_rows(std::vector<float>(st.kv.begin() + from * w, st.kv.begin() + (from + count) * w),
+                                    std::vector<float>(st.score.begin() + from * w, st.score.begin() + (from + count) * w),
+                                    count, w, false, Device::CUDA);
+    compress(s, side.weights(), {CompressRequest{slot, from, count, pages}}, rows.kv_view, rows.score_view, side.pool,
+             side.cache);
+  };
+  feed(src, base, 0, fork_at + 5, src_pages);
+  fork_prefix(side.pool, src, dst, fork_at, side.cache);
+  feed(dst, branch, fork_at, tail, dst_pages);
+
+  const RunResult scratch = run_gpu_chunks(s, branch, {branch.tokens}, page_size);
+  for (std::int64_t e = 0; e < branch.tokens / s.ratio; ++e) {
+    ASSERT_TRUE(side.cache.entry_bytes(physical_slot(dst_pages.data(), e, side.cache.entries_per_page())) ==
+                scratch.entries[static_cast<std::size_t>(e)])
+        << "entry " << e;
+  }
+  // Mid-block (or, for m = 1, mid-page) forks are refused.
+  EXPECT_THROW(fork_prefix(side.pool, src, side.pool.allocate(), s.ratio > 1 ? s.ratio + 1 : 1, side.cache), Error);
+}
+
+// A graph-captured step (one upload from pinned memory + the kernel) equals the API's step.
+TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  Twin twin(s, rng, 40, 200, 16 * s.ratio);
+  Side captured(s, Device::CUDA, host_vector<float>(twin.gpu().ape), host_vector<float>(twin.gpu().norm), 40, 200,
+                16 * s.ratio);
+  std::vector<Request> requests;
+  for (int i = 0; i < 32; ++i) {
+    requests.push_back(twin.add_request(rng, request_tokens(rng, s.ratio, 1, 3) + 8));
+    ASSERT_EQ(captured.pool.allocate(), requests.back().slot);
+  }
+  // Same prefill on both pools through the API.
+  const int w = s.row_width();
+  CompressBatch batch;
+  std::vector<float> kv, score;
+  for (Request& r : requests) {
+    const std::int64_t n = r.stream.tokens - 8;
+    batch.push_back(CompressRequest{r.slot, 0, n, r.page_table});
+    kv.insert(kv.end(), r.stream.kv.begin(), r.stream.kv.begin() + n * w);
+    score.insert(score.end(), r.stream.score.begin(), r.stream.score.begin() + n * w);
+  }
+  StepRows rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
+  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
+  compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool, captured.cache);
+
+  // A decode step of 1..8 tokens each: API on one pool, a captured graph on the other.
+  batch.clear();
+  kv.clear();
+  score.clear();
+  for (Request& r : requests) {
+    const std::int64_t prefix = r.stream.tokens - 8, n = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+    batch.push_back(CompressRequest{r.slot, prefix, n, r.page_table});
+    kv.insert(kv.end(), r.stream.kv.begin() + prefix * w, r.stream.kv.begin() + (prefix + n) * w);
+    score.insert(score.end(), r.stream.score.begin() + prefix * w, r.stream.score.begin() + (prefix + n) * w);
+  }
+  rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
+  const CompressPlan plan = plan_compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool,
+                                          captured.cache);
+  ref::CompressArgs args;
+  args.spec = &s;
+  args.plan = &plan;
+  args.kv = rows.kv_view.data;
+  args.kv_stride = rows.kv_view.row_stride;
+  args.score = rows.score_view.data;
+  args.score_stride = rows.score_view.row_stride;
+  args.ape = captured.ape.data_as<const float>();
+  args.norm = captured.norm.data_as<const float>();
+  args.state = captured.pool.storage().data_as<float>();
+  args.records_per_slot = captured.pool.records_per_slot();
+  args.record_floats = captured.pool.record_floats();
+  args.cache = captured.cache.storage().data_as<std::uint8_t>();
+  args.page_bytes = captured.cache.page_bytes();
+  args.entries_per_page = captured.cache.entries_per_page();
+  const cuda::CompressStepLayout layout = cuda::plan_compress_step(args);
+  void* pinned = nullptr;
+  void* device_layout = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, layout.bytes.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&device_layout, layout.bytes.size()), cudaSuccess);
+  std::memcpy(pinned, layout.bytes.data(), layout.bytes.size());
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaMemcpyAsync(device_layout, pinned, layout.bytes.size(), cudaMemcpyHostToDevice, stream);
+  cuda::launch_compress_step(args, layout, device_layout, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // a replay of the same step rewrites the same bytes
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  cudaFree(device_layout);
+  cudaFreeHost(pinned);
+
+  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
+  EXPECT_TRUE(twin.gpu().cache.host_bytes() == captured.cache.host_bytes());
+  EXPECT_TRUE(state_bytes(twin.gpu().pool) == state_bytes(captured.pool));
+}
+
+// ---- the reduced suite for compute-sanitizer -------------------------------------------------------
+
+// Small ragged steps with every path: head events reading the state, body events, ring or snapshot
+// writes, padding, a rollback, a fork.
+TEST_P(CompressorGpu, SanitizeSmallRaggedSteps) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  Twin twin(s, rng, 6, 40, 4 * s.ratio);
+  std::vector<Request> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(twin.add_request(rng, 3 * s.ratio + 9));
+  std::vector<Request*> all = {&requests[0], &requests[1], &requests[2]};
+  twin.step(all, {1, s.ratio + 2, 2 * s.ratio + 1}, false, true, "prefill");
+  twin.step(all, {8, 3, s.ratio}, true, false, "drafts");
+  rollback(twin.gpu().pool, requests[0].slot, 5, twin.gpu().cache, requests[0].page_table);
+  rollback(twin.cpu().pool, requests[0].slot, 5, twin.cpu().cache, requests[0].page_table);
+  requests[0].fed -= 5;
+  twin.step(all, {6, 1, 1}, false, false, "after rollback");
+  twin.expect_same_state_and_cache("end");
+}
+
+// ---- CUDA-specific argument errors leave everything untouched ---------------------------------------
+
+struct DeviceSnapshot {
+  std::vector<std::uint8_t> state, cache;
+  std::vector<std::int64_t> tokens;
+  static DeviceSnapshot of(const CompressorStatePool& pool, const PagedCache& cache) {
+    DeviceSnapshot d{state_bytes(pool), cache.host_bytes(), {}};
+    for (int slot = 0; slot < pool.num_slots(); ++slot) d.tokens.push_back(pool.tokens(slot));
+    return d;
+  }
+  bool operator==(const DeviceSnapshot&) const = default;
+};
+
+template <class F>
+void expect_error_naming(const std::string& argument, F&& call) {
+  try {
+    call();
+    ADD_FAILURE() << "no error, expected one naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(argument), std::string::npos) << e.what();
+  }
+}
+
+TEST(CompressorGpuErrors, RejectedStepsChangeNothing) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = make_spec(4, true, EntryKind::Attention);
+  Twin twin(s, rng, 4, 20);
+  Request r = twin.add_request(rng, 64);
+  twin.step({&r}, {13}, false, false, "prefill");
+  Side& gpu = twin.gpu();
+  const DeviceSnapshot before = DeviceSnapshot::of(gpu.pool, gpu.cache);
+  const int w = s.row_width();
+  const std::vector<float> kv(r.stream.kv.begin() + 13 * w, r.stream.kv.begin() + 20 * w);
+  const std::vector<float> score(r.stream.score.begin() + 13 * w, r.stream.score.begin() + 20 * w);
+  const CompressBatch batch{CompressRequest{r.slot, 13, 7, r.page_table}};
+
+  // Rows that are not 16-byte aligned: a view starting one float into a buffer.
+  Tensor shifted = Tensor::zeros(DType::F32, {7 * w + 1}, Device::CUDA);
+  const MatrixF32View misaligned{shifted.data_as<const float>() + 1, 7, w, w, Device::CUDA};
+  const StepRows rows = make_rows(kv, score, 7, w, false, Device::CUDA);
+  expect_error_naming("kv", [&] { compress(s, gpu.weights(), batch, misaligned, rows.score_view, gpu.pool, gpu.cache); });
+  // A row stride that is not a multiple of 4 floats.
+  Tensor wide = Tensor::zeros(DType::F32, {7, w + 1}, Device::CUDA);
+  const MatrixF32View odd_stride = MatrixF32View::of(wide.view(), "score").columns(0, w);
+  expect_error_naming("score", [&] { compress(s, gpu.weights(), batch, rows.kv_view, odd_stride, gpu.pool, gpu.cache); });
+  // Rows on the host for a pool on the GPU.
+  const StepRows host_rows = make_rows(kv, score, 7, w, false, Device::CPU);
+  expect_error_naming("kv", [&] { compress(s, gpu.weights(), batch, host_rows.kv_view, rows.score_view, gpu.pool, gpu.cache); });
+  EXPECT_TRUE(DeviceSnapshot::of(gpu.pool, gpu.cache) == before);
+
+  // A width the kernels do not implement (an indexer key of 256 values).
+  CompressorSpec wide_spec = make_spec(4, true, EntryKind::IndexerFP8);
+  wide_spec.width = 256;
+  CompressorStatePool pool(wide_spec, 2, Device::CUDA);
+  PagedCache cache = make_compressed_cache(wide_spec, 256, 4, Device::CUDA);
+  const int slot = pool.allocate();
+  std::vector<float> ape_host(static_cast<std::size_t>(4 * wide_spec.row_width()), 0.25f), norm_host(256, 1.0f);
+  Side side(wide_spec, Device::CUDA, ape_host, norm_host, 2, 4, 256);
+  const std::vector<float> rows_host = testing::random_normal(rng, static_cast<std::size_t>(4 * wide_spec.row_width()));
+  const StepRows wide_rows = make_rows(rows_host, rows_host, 4, wide_spec.row_width(), false, Device::CUDA);
+  const std::vector<std::int32_t> pages = {1};
+  expect_error_naming("width", [&] {
+    compress(wide_spec, side.weights(), {CompressRequest{slot, 0, 4, pages}}, wide_rows.kv_view, wide_rows.score_view,
+             pool, cache);
+  });
+  EXPECT_EQ(pool.tokens(slot), 0);
+}
+
+// ---- the projection ---------------------------------------------------------------------------------
+
+TEST(CompressorGpuProjection, MatchesAHostProduct) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t tokens = 37, hidden = 4096, outputs = 2 * 2 * 512;
+  std::vector<std::uint16_t> x_bits(static_cast<std::size_t>(tokens * hidden)), w_bits(static_cast<std::size_t>(outputs * hidden));
+  const std::vector<float> x = testing::random_normal(rng, x_bits.size()), w = testing::random_normal(rng, w_bits.size(), 0.02f);
+  for (std::size_t i = 0; i < x.size(); ++i) x_bits[i] = bf16_bits_from_float(x[i]);
+  for (std::size_t i = 0; i < w.size(); ++i) w_bits[i] = bf16_bits_from_float(w[i]);
+  const Tensor x_dev = Tensor::from_host(DType::BF16, {tokens, hidden}, x_bits.data(), Device::CUDA);
+  const Tensor w_dev = Tensor::from_host(DType::BF16, {outputs, hidden}, w_bits.data(), Device::CUDA);
+  Tensor rows = Tensor::empty(DType::F32, {tokens, outputs}, Device::CUDA);
+  rows.fill_bytes(0xff);
+  project_rows(x_dev.view(), w_dev.view(), rows.view());
+  const std::vector<float> got = host_vector<float>(rows);
+  double worst = 0, scale = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t o = 0; o < outputs; ++o) {
+      double want = 0;
+      for (std::int64_t k = 0; k < hidden; ++k) {
+        want += static_cast<double>(float_from_bf16_bits(x_bits[static_cast<std::size_t>(t * hidden + k)])) *
+                float_from_bf16_bits(w_bits[static_cast<std::size_t>(o * hidden + k)]);
+      }
+      const float g = got[static_cast<std::size_t>(t * outputs + o)];
+      ASSERT_TRUE(std::isfinite(g)) << t << ", " << o;
+      worst = std::max(worst, std::fabs(g - want));
+      scale = std::max(scale, std::fabs(want));
+    }
+  }
+  EXPECT_LE(worst / scale, 1e-5);
+  expect_error_naming("weight", [&] { project_rows(x_dev.view(), rows.view(), rows.view()); });
+  expect_error_naming("rows", [&] { project_rows(x_dev.view(), w_dev.view(), x_dev.view()); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CompressorGpu, ::testing::ValuesIn(kCases), case_name);
+
+}  // namespace
+}  // namespace dsv4
