@@ -160,7 +160,7 @@ void report(const std::vector<StackLayer>& stack, const ModelConfig& model, cons
   std::printf("\nPer layer kind, one request of %lld tokens (cache bytes per token: a dense bf16 MQA cache holds "
               "%.0f B, DeepSeek-V3.2 %.0f B = 656 + 132):\n",
               static_cast<long long>(tokens), kDenseMqaBytes, kV32Bytes);
-  std::printf("  %-4s %5s %8s %8s %11s %11s %10s %9s %12s %12s %12s\n", "kind", "ratio", "entries", "idx keys",
+  std::printf("  %-4s %5s %8s %8s %11s %11s %10s %9s %16s %12s %12s\n", "kind", "ratio", "entries", "idx keys",
               "window", "compressed", "state", "B/token", "vs dense", "prefill", "decode");
   for (const auto& s : stack) {
     const LayerRequestUsage u = s.layer->usage(s.request);
@@ -170,7 +170,7 @@ void report(const std::vector<StackLayer>& stack, const ModelConfig& model, cons
     char prefill[32], decode[32];
     std::snprintf(prefill, sizeof prefill, "%.0f tok/s", s.prefill_seconds > 0 ? static_cast<double>(o.prompt_tokens) / s.prefill_seconds : 0);
     std::snprintf(decode, sizeof decode, "%.0f tok/s", s.decode_seconds > 0 ? static_cast<double>(o.decode_tokens) / s.decode_seconds : 0);
-    std::printf("  %-4s %5d %8lld %8lld %11s %11s %10s %9.2f %12s %12s %12s\n", s.kind.c_str(), s.layer->layer().ratio,
+    std::printf("  %-4s %5d %8lld %8lld %11s %11s %10s %9.2f %16s %12s %12s\n", s.kind.c_str(), s.layer->layer().ratio,
                 static_cast<long long>(u.compressed_entries), static_cast<long long>(u.indexer_entries),
                 human_bytes(static_cast<double>(u.window_bytes)).c_str(),
                 human_bytes(static_cast<double>(u.compressed_bytes + u.indexer_bytes)).c_str(),

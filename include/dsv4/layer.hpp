@@ -37,9 +37,9 @@ struct LayerOptions {
   int max_requests = 1;               // requests whose state the layer holds at once
   std::int64_t max_tokens = 1 << 16;  // tokens one request may reach (sizes the paged caches)
   int max_rollback = 8;               // tokens a request may drop again (speculative decoding)
-  // Queries attended per window sub-step: the window ring holds W − 1 + max(window_step,
-  // max_rollback) tokens, however long a prefill chunk is.
-  int window_step = 64;
+  // Queries attended per window sub-step (0: the window W): the window ring holds
+  // W − 1 + max(window_step, max_rollback) tokens per request, however long a prefill chunk is.
+  int window_step = 0;
   IndexerKeyFormat indexer_format = IndexerKeyFormat::FP8;  // CSA key cache (132 or 68 bytes)
   bool online_compressor = false;     // running (M, S, V) state for non-overlapping compressors
   int threads = 1;                    // CPU threads for the projections and the indexer; results do not depend on it

@@ -20,7 +20,7 @@ void validate_options(const ModelConfig& model, const LayerOptions& o) {
           "must be in [1, max_position_embeddings = " + std::to_string(model.max_positions) + "], got " +
               std::to_string(o.max_tokens));
   require(o.max_rollback >= 0, "max_rollback", "must be non-negative, got " + std::to_string(o.max_rollback));
-  require(o.window_step >= 1, "window_step", "must be at least 1, got " + std::to_string(o.window_step));
+  require(o.window_step >= 0, "window_step", "must be non-negative, got " + std::to_string(o.window_step));
   require(o.threads >= 1, "threads", "must be at least 1, got " + std::to_string(o.threads));
 }
 
@@ -33,6 +33,7 @@ std::int64_t bytes_of(const CompressorStatePool& pool) {
 detail::AttentionLayerImpl::AttentionLayerImpl(const ModelConfig& model_, LayerWeights weights_, const LayerOptions& options_)
     : model(model_), weights(std::move(weights_)), options(options_), rope(weights.layer.rope) {
   validate_options(model, options);
+  if (options.window_step == 0) options.window_step = model.window;
   const int index = weights.layer.index;
   require(weights.layer == layer_config(model, index), "weights",
           "were loaded for another configuration of layer " + std::to_string(index));

@@ -27,7 +27,7 @@ namespace detail {
 struct AttentionLayerImpl {
   ModelConfig model;
   LayerWeights weights;
-  LayerOptions options;
+  LayerOptions options;  // window_step resolved (never 0)
   RopeTable rope;  // the layer's table (q, kv, inverse RoPE of the output)
 
   // Window cache: one page per request (page 0 is the null page), token t of a request in slot
