@@ -246,7 +246,7 @@ class Twin {
   }
 
   // Caches within the SPEC §9 byte tolerance; the state: two-pass rings are plain copies of the
-  // rows (bit-identical), online snapshots hold M exactly, S and V within float rounding.
+  // rows (bit-identical), online snapshots hold M exactly, S and V within float32 rounding.
   void expect_same_state_and_cache(const std::string& where) {
     expect_caches_close(gpu_.cache, cpu_.cache, where);
     const std::vector<float> g = host_vector<float>(gpu_.pool.storage()), c = host_vector<float>(cpu_.pool.storage());
@@ -268,8 +268,9 @@ class Twin {
         mean_scale = std::max(mean_scale, static_cast<double>(std::fabs(c[v])));
       }
     }
+    // The state is internal (the entries carry the 1e-5 contract): float32 sums over up to m rows.
     EXPECT_EQ(max_differs, 0) << where << ": running maxima differ";
-    EXPECT_LE(worst_sum, 1e-5) << where;
+    EXPECT_LE(worst_sum, 1e-4) << where;
     EXPECT_LE(worst_mean, 1e-5 * std::max(mean_scale, 1.0)) << where;
   }
 

@@ -38,7 +38,8 @@ __device__ __forceinline__ void online_update(bool first_row, float s, float v, 
   const bool grows = diff > 0.0f;
   const float old_weight = grows ? e : 1.0f, new_weight = grows ? 1.0f : e;
   const float new_sum = __fmaf_rn(sum, old_weight, new_weight);
-  mean = __fdiv_rn(__fmaf_rn(v, new_weight, __fmul_rn(__fmul_rn(mean, sum), old_weight)), new_sum);
+  // V' = (V·S·a + v·b) / S' = V + (v − V)·b / S': two roundings instead of four per row.
+  mean = __fmaf_rn(__fsub_rn(v, mean), __fdiv_rn(new_weight, new_sum), mean);
   sum = new_sum;
   max = grows ? s : max;
 }
