@@ -37,6 +37,42 @@ MatrixF32View rows_view(const std::vector<float>& rows, std::int64_t count, std:
   return MatrixF32View{rows.data(), count, width, width, Device::CPU};
 }
 
+
+// Window candidates of n queries at `positions`: tokens t − W + 1 .. t, oldest first, as slots of the
+// request's ring (page `page` of `ring` entries); −1 before the sequence start. I32 [n, W].
+Tensor window_slots(const std::int64_t* positions, std::int64_t n, int W, int page, int ring) {
+  Tensor slots = Tensor::empty(DType::I32, {n, W});
+  for (std::int64_t r = 0; r < n; ++r) {
+    for (int j = 0; j < W; ++j) {
+      const std::int64_t u = positions[r] - W + 1 + j;
+      slots.data_as<std::int32_t>()[r * W + j] = u < 0 ? -1 : static_cast<std::int32_t>(page * ring + u % ring);
+    }
+  }
+  return slots;
+}
+
+// HCA candidates: every visible entry 0 .. V_t − 1 of each query, −1 padded to the widest row
+// (the last query's, V_t grows with t). Entry numbers [n, width].
+std::vector<std::int32_t> all_visible_entries(const std::int64_t* positions, std::int64_t n, int ratio,
+                                              std::int64_t& width) {
+  width = n > 0 ? (positions[n - 1] + 1) / ratio : 0;
+  std::vector<std::int32_t> entries(static_cast<std::size_t>(n * width), -1);
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t e = 0; e < (positions[r] + 1) / ratio; ++e) entries[r * width + e] = static_cast<std::int32_t>(e);
+  return entries;
+}
+
+// Entry numbers [n, width] (−1: none) → physical slots of the compressed cache. I32 [n, width].
+Tensor physical_slots(const std::vector<std::int32_t>& entries, std::int64_t n, std::int64_t width,
+                      const std::vector<std::int32_t>& page_table, int entries_per_page) {
+  Tensor slots = Tensor::empty(DType::I32, {n, width});
+  for (std::size_t k = 0; k < entries.size(); ++k) {
+    slots.data_as<std::int32_t>()[k] =
+        entries[k] < 0 ? -1 : static_cast<std::int32_t>(physical_slot(page_table.data(), entries[k], entries_per_page));
+  }
+  return slots;
+}
+
 }  // namespace
 
 void detail::AttentionLayerImpl::step(std::span<const LayerStepRequest> batch, const TensorView& x,
@@ -116,18 +152,8 @@ void detail::AttentionLayerImpl::step(std::span<const LayerStepRequest> batch, c
       for (std::int64_t r = a; r < b; ++r)
         encode_attention_entry(p.kv.data() + r * d, ring, static_cast<int>(positions[r] % window_ring), window_ring);
 
-      // Window candidates, oldest first: tokens t − W + 1 .. t (−1 before the sequence start).
-      Tensor window_slots = Tensor::empty(DType::I32, {n, W});
-      for (std::int64_t r = 0; r < n; ++r) {
-        const std::int64_t t = positions[a + r];
-        for (int j = 0; j < W; ++j) {
-          const std::int64_t u = t - W + 1 + j;
-          window_slots.data_as<std::int32_t>()[r * W + j] =
-              u < 0 ? -1 : static_cast<std::int32_t>(s.window_page * window_ring + u % window_ring);
-        }
-      }
-
-      // Compressed candidates as entry numbers (ascending, −1 padded), then physical slots.
+      // Compressed candidates as entry numbers (ascending, −1 padded): the CSA selection or all
+      // visible HCA entries.
       std::vector<std::int32_t> entries;  // [n, width]
       std::int64_t width = 0;
       if (is_csa()) {
@@ -136,19 +162,10 @@ void detail::AttentionLayerImpl::step(std::span<const LayerStepRequest> batch, c
         select_csa_entries(*this, s, p, a, n, positions.data() + a, entries.data());
         std::copy(entries.begin(), entries.end(), selected.begin() + a * K);
       } else if (ratio > 0) {
-        width = (positions[b - 1] + 1) / ratio;  // V_t grows with t: the last query sees the most
-        entries.assign(static_cast<std::size_t>(n * width), -1);
-        for (std::int64_t r = 0; r < n; ++r)
-          for (std::int64_t e = 0; e < (positions[a + r] + 1) / ratio; ++e)
-            entries[r * width + e] = static_cast<std::int32_t>(e);
+        entries = all_visible_entries(positions.data() + a, n, ratio, width);
       }
-      Tensor compressed_slots = Tensor::empty(DType::I32, {n, width});
-      for (std::size_t k = 0; k < entries.size(); ++k) {
-        compressed_slots.data_as<std::int32_t>()[k] =
-            entries[k] < 0 ? -1
-                           : static_cast<std::int32_t>(physical_slot(s.page_table.data(), entries[k],
-                                                                     compressed.entries_per_page()));
-      }
+      const Tensor slots_w = window_slots(positions.data() + a, n, W, s.window_page, window_ring);
+      const Tensor slots_c = physical_slots(entries, n, width, s.page_table, compressed.entries_per_page());
 
       // q as bf16 bits; cos/sin of every RoPE pair at each query's position for the inverse RoPE.
       const int pairs = model.rope_dim / 2;
@@ -164,8 +181,8 @@ void detail::AttentionLayerImpl::step(std::span<const LayerStepRequest> batch, c
       ao.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
       ao.rope_cos = cos.view();
       ao.rope_sin = sin.view();
-      sparse_attention(q.view(), window_view, compressed_view, window_slots.view(), compressed_slots.view(),
-                       sink.view(), out.view(), lse.view(), ao);
+      sparse_attention(q.view(), window_view, compressed_view, slots_w.view(), slots_c.view(), sink.view(),
+                       out.view(), lse.view(), ao);
       for (std::int64_t k = 0; k < n * H * d; ++k) o[a * H * d + k] = float_from_bf16_bits(out.data_as<std::uint16_t>()[k]);
     }
   }
