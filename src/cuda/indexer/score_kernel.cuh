@@ -194,7 +194,7 @@ __device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_
   sum_lo = sum_hi = 0.0f;
   for (int group = 0; group < heads / kHeadGroup; ++group) {
     const std::uint8_t* b_tile = s_q_row + group * kHeadGroup * kDim;  // 1024-byte aligned
-    float d[32];
+    float d[32] = {};
     ptx::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kKSteps; ++j) {
@@ -273,13 +273,14 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     int r_end = r_begin + 1, visible_end = s_visible[r_begin];
     while (r_end < rows && s_request[r_end] == request) visible_end = max(visible_end, s_visible[r_end++]);
     const std::int32_t* page_row = p.page_table + static_cast<std::int64_t>(request) * p.max_pages;
+    const int key_end = min(visible_end, col_end);  // keys this CTA loads for the segment
 
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
     const int first = col0 + warpgroup * kKeysPerStep;
     const int lane_key = 16 * warp + g;
     KeyRows keys;
     float scale_lo, scale_hi;
-    load_step<kFormat>(p, page_row, first + 16 * warp, visible_end, g, quad, s_tables, keys, scale_lo, scale_hi);
+    load_step<kFormat>(p, page_row, first + 16 * warp, key_end, g, quad, s_tables, keys, scale_lo, scale_hi);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
       if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
         for (int r = r_begin; r < r_end; ++r) {
@@ -292,8 +293,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       // Prefetch the next step while this one computes.
       KeyRows next;
       float next_lo, next_hi;
-      load_step<kFormat>(p, page_row, k0 + kKeysPerCtaStep + 16 * warp, visible_end, g, quad, s_tables, next,
-                         next_lo, next_hi);
+      load_step<kFormat>(p, page_row, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, s_tables, next, next_lo,
+                         next_hi);
       for (int r = r_begin; r < r_end; ++r) {
         float sum_lo, sum_hi;
         row_scores(keys, s_q + r * p.heads * kDim, s_w + r * p.heads, p.heads, quad, sum_lo, sum_hi);

@@ -1,0 +1,327 @@
+// bench/bench_indexer.cu — indexer scores (decode and prefill) and query preparation on the GPU.
+//
+// Decode: B requests × next_n rows, every row sees N entries of its request's paged key cache
+// (pages scattered over one pool); metric: key bytes / time against the measured copy bandwidth.
+// Prefill: one request of T tokens, causal (V_t = floor((t+1)/4)); metric: useful FLOP
+// (Σ_t V_t · 2 · H · d) / time against the FP8 tensor ceiling (ANCHORS). Every case checks a sample
+// of its scores against the CPU reference on the same bytes. Usage: bench_indexer <out_dir>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "dsv4/indexer.hpp"
+
+namespace {
+
+using namespace dsv4;
+using bench::check_cuda;
+
+constexpr int kHeads = 64, kDim = 128, kEntriesPerPage = 64;
+constexpr double kFp8TensorCeiling = 1432.0;  // TFLOP/s, ANCHORS.md (torch._scaled_mm 8192³ on this card)
+
+__device__ std::uint32_t hash32(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return static_cast<std::uint32_t>(x);
+}
+
+// Random entries in an indexer page pool: e4m3 bytes that are not NaN, or any e2m1 pair; FP8 scales
+// in [1e-3, 1e-2); ue8m0 bytes in [120, 127].
+__global__ void fill_pages(std::uint8_t* pages, std::int64_t num_pages, IndexerEntryFormat fmt, int epp,
+                           std::uint64_t seed) {
+  const std::int64_t page_bytes = fmt.page_bytes(epp);
+  const std::int64_t data_end = static_cast<std::int64_t>(epp) * fmt.data_bytes();
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < num_pages * page_bytes;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t in_page = i % page_bytes;
+    const std::uint32_t h = hash32(seed + static_cast<std::uint64_t>(i));
+    if (in_page < data_end) {
+      std::uint8_t b = static_cast<std::uint8_t>(h);
+      if (fmt.format == IndexerKeyFormat::FP8 && (b & 0x7f) == 0x7f) b ^= 1;
+      pages[i] = b;
+    } else if (fmt.format == IndexerKeyFormat::FP8) {
+      if ((in_page - data_end) % 4 == 0) {
+        const float scale = 1e-3f + 9e-3f * static_cast<float>(h % 1000) / 1000.0f;
+        std::memcpy(pages + i, &scale, 4);
+      }
+    } else {
+      pages[i] = static_cast<std::uint8_t>(120 + h % 8);
+    }
+  }
+}
+
+// Random code bytes: e4m3 codes that are not NaN, or any e2m1 pair.
+__global__ void fill_codes(std::uint8_t* x, std::int64_t n, bool fp8, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint8_t b = static_cast<std::uint8_t>(hash32(seed + static_cast<std::uint64_t>(i)));
+    if (fp8 && (b & 0x7f) == 0x7f) b ^= 1;
+    x[i] = b;
+  }
+}
+
+__global__ void fill_floats(float* x, std::int64_t n, float lo, float hi, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    x[i] = lo + (hi - lo) * static_cast<float>(hash32(seed + static_cast<std::uint64_t>(i)) % 1000000) / 1e6f;
+}
+
+__global__ void fill_query_scales(std::uint8_t* x, std::int64_t n, bool fp8, std::uint64_t seed) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = hash32(seed + static_cast<std::uint64_t>(i));
+    if (fp8) reinterpret_cast<float*>(x)[i] = 1e-3f + 9e-3f * static_cast<float>(h % 1000) / 1000.0f;
+    else x[i] = static_cast<std::uint8_t>(120 + h % 8);
+  }
+}
+
+// A key pool with `requests` requests of `entries` entries each, pages shuffled across the pool.
+struct Pool {
+  IndexerEntryFormat format;
+  Tensor pages, page_table;
+  std::vector<std::int32_t> host_table;
+  int pages_per_request = 0;
+  Pool(IndexerKeyFormat f, int requests, std::int64_t entries, std::uint64_t seed) : format{f, kDim} {
+    pages_per_request = static_cast<int>((entries + kEntriesPerPage - 1) / kEntriesPerPage);
+    const std::int64_t num_pages = static_cast<std::int64_t>(requests) * pages_per_request;
+    pages = Tensor::empty(DType::U8, {num_pages, format.page_bytes(kEntriesPerPage)}, Device::CUDA);
+    fill_pages<<<4096, 256>>>(pages.data_as<std::uint8_t>(), num_pages, format, kEntriesPerPage, seed);
+    host_table.resize(static_cast<std::size_t>(num_pages));
+    std::iota(host_table.begin(), host_table.end(), 0);
+    std::shuffle(host_table.begin(), host_table.end(), std::mt19937_64(seed));
+    page_table = Tensor::from_host(DType::I32, {requests, pages_per_request}, host_table.data(), Device::CUDA);
+  }
+};
+
+struct Queries {
+  IndexerQuery q;
+  Queries(IndexerKeyFormat f, std::int64_t rows, std::uint64_t seed) {
+    q = IndexerQuery::empty(f, rows, kHeads, kDim, Device::CUDA);
+    fill_codes<<<1024, 256>>>(q.codes.data_as<std::uint8_t>(), static_cast<std::int64_t>(q.codes.nbytes()),
+                              f == IndexerKeyFormat::FP8, seed);
+    fill_query_scales<<<256, 256>>>(q.scales.data_as<std::uint8_t>(),
+                                    f == IndexerKeyFormat::FP8 ? rows * kHeads : rows * kHeads * 4,
+                                    f == IndexerKeyFormat::FP8, seed + 1);
+    fill_floats<<<256, 256>>>(q.weights.data_as<float>(), rows * kHeads, -0.2f, 0.25f, seed + 2);
+  }
+};
+
+template <class T>
+std::vector<T> download(const Tensor& t) {
+  std::vector<T> out(t.nbytes() / sizeof(T));
+  check_cuda(cudaMemcpy(out.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost), "download");
+  return out;
+}
+
+// Compares scores[row, c0 : c0 + width) with the CPU reference on the same query bytes and pages.
+bool check_window(const Queries& queries, const Pool& pool, int request, std::int64_t row, std::int64_t c0,
+                  int width, const Tensor& scores) {
+  const IndexerEntryFormat fmt = pool.format;
+  const std::int64_t num_cols = scores.shape()[1];
+  // One-row query.
+  const int code_bytes = kHeads * fmt.data_bytes();
+  const int scale_bytes = kHeads * 4;  // FP8: a float per head; FP4: 4 ue8m0 bytes per head
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(code_bytes)), scales(static_cast<std::size_t>(scale_bytes));
+  std::vector<float> weights(kHeads);
+  check_cuda(cudaMemcpy(codes.data(), queries.q.codes.data_as<std::uint8_t>() + row * code_bytes, codes.size(),
+                        cudaMemcpyDeviceToHost), "q");
+  check_cuda(cudaMemcpy(scales.data(), queries.q.scales.data_as<std::uint8_t>() + row * scale_bytes, scales.size(),
+                        cudaMemcpyDeviceToHost), "q");
+  check_cuda(cudaMemcpy(weights.data(), queries.q.weights.data_as<float>() + row * kHeads, sizeof(float) * kHeads,
+                        cudaMemcpyDeviceToHost), "q");
+  // The pages holding [c0, c0 + width), as a small pool of their own.
+  const int first_page = static_cast<int>(c0 / kEntriesPerPage);
+  const int last_page = static_cast<int>((c0 + width - 1) / kEntriesPerPage);
+  const int n_pages = last_page - first_page + 1;
+  const std::int64_t page_bytes = fmt.page_bytes(kEntriesPerPage);
+  std::vector<std::uint8_t> pages(static_cast<std::size_t>(n_pages * page_bytes));
+  std::vector<std::int32_t> table;
+  for (int p = 0; p < n_pages; ++p) {
+    const std::int32_t physical = pool.host_table[static_cast<std::size_t>(request) * pool.pages_per_request + first_page + p];
+    check_cuda(cudaMemcpy(pages.data() + p * page_bytes, pool.pages.data_as<std::uint8_t>() + physical * page_bytes,
+                          static_cast<std::size_t>(page_bytes), cudaMemcpyDeviceToHost), "pages");
+    table.push_back(p);
+  }
+  // Entries [c0, c0 + width) are entries [c0 − 64·first_page, …) of the small pool.
+  const std::int64_t offset = c0 - static_cast<std::int64_t>(first_page) * kEntriesPerPage;
+  const std::int64_t cols = offset + width;
+  std::vector<std::int32_t> qs = {0, 1}, vis = {static_cast<std::int32_t>(cols)};
+  std::vector<float> want(static_cast<std::size_t>(cols));
+  const Shape scale_shape = fmt.format == IndexerKeyFormat::FP8 ? Shape{1, kHeads} : Shape{1, kHeads, 4};
+  indexer_scores({TensorView{codes.data(), DType::U8, {1, kHeads, fmt.data_bytes()}, Device::CPU},
+                  TensorView{scales.data(), fmt.format == IndexerKeyFormat::FP8 ? DType::F32 : DType::U8, scale_shape,
+                             Device::CPU},
+                  TensorView{weights.data(), DType::F32, {1, kHeads}, Device::CPU}},
+                 {TensorView{pages.data(), DType::U8, {n_pages, page_bytes}, Device::CPU}, fmt, kEntriesPerPage},
+                 {TensorView{qs.data(), DType::I32, {2}, Device::CPU}, TensorView{vis.data(), DType::I32, {1}, Device::CPU},
+                  TensorView{table.data(), DType::I32, {1, n_pages}, Device::CPU}},
+                 TensorView{want.data(), DType::F32, {1, cols}, Device::CPU});
+  std::vector<float> got(static_cast<std::size_t>(width));
+  check_cuda(cudaMemcpy(got.data(), scores.data_as<float>() + row * num_cols + c0, sizeof(float) * width,
+                        cudaMemcpyDeviceToHost), "scores");
+  double err = 0, norm = 0;
+  for (int i = 0; i < width; ++i) {
+    const double w = want[static_cast<std::size_t>(offset + i)], g = got[static_cast<std::size_t>(i)];
+    if (!std::isfinite(g)) return false;
+    err += (g - w) * (g - w);
+    norm += w * w;
+  }
+  return norm > 0 && std::sqrt(err / norm) <= 1e-3;
+}
+
+struct DecodeCase {
+  IndexerKeyFormat format;
+  int batch;
+  std::int64_t entries;
+  int next_n;
+};
+
+std::string format_name(IndexerKeyFormat f) { return f == IndexerKeyFormat::FP8 ? "fp8" : "fp4"; }
+
+void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, const Pool& pool) {
+  const std::int64_t rows = static_cast<std::int64_t>(c.batch) * c.next_n;
+  Queries queries(c.format, rows, 1234 + rows);
+  std::vector<std::int32_t> qs(static_cast<std::size_t>(c.batch + 1)), vis(static_cast<std::size_t>(rows),
+                                                                           static_cast<std::int32_t>(c.entries));
+  for (int b = 0; b <= c.batch; ++b) qs[static_cast<std::size_t>(b)] = b * c.next_n;
+  Tensor d_qs = Tensor::from_host(DType::I32, {c.batch + 1}, qs.data(), Device::CUDA);
+  Tensor d_vis = Tensor::from_host(DType::I32, {rows}, vis.data(), Device::CUDA);
+  Tensor scores = Tensor::empty(DType::F32, {rows, c.entries}, Device::CUDA);
+  // The pool holds 128 requests; this case uses the first `batch` page-table rows.
+  TensorView table = pool.page_table.view();
+  table.shape[0] = c.batch;
+  const IndexerRowsView rows_view{d_qs.view(), d_vis.view(), table};
+  const IndexerKeyCacheView keys{pool.pages.view(), pool.format, kEntriesPerPage};
+  indexer_scores(queries.q.view(), keys, rows_view, scores.view());  // checked once, with validation
+  check_cuda(cudaDeviceSynchronize(), "scores");
+  bool ok = check_window(queries, pool, 0, 0, 0, 256, scores) &&
+            check_window(queries, pool, c.batch - 1, rows - 1, c.entries - 192, 192, scores);
+  IndexerOptions fast;
+  fast.check_contents = false;
+  const double us = bench::time_us([&](cudaStream_t s) {
+    fast.stream = s;
+    indexer_scores(queries.q.view(), keys, rows_view, scores.view(), fast);
+  }, nullptr, {3, 20, true});
+  const double key_bytes = static_cast<double>(c.batch) * c.entries * pool.format.entry_bytes();
+  const std::string name = "scores_" + format_name(c.format) + "_b" + std::to_string(c.batch) + "_n" +
+                           std::to_string(c.entries) + "_next" + std::to_string(c.next_n);
+  const double tflops = 2.0 * rows * c.entries * kHeads * kDim / (us * 1e-6) / 1e12;
+  report.add(name, {{"batch", c.batch}, {"entries", c.entries}, {"next_n", c.next_n}, {"format", format_name(c.format)},
+                    {"key_bytes", key_bytes}, {"tflops", tflops}},
+             us, "GB/s", key_bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
+}
+
+void run_prefill(bench::Report& report, IndexerKeyFormat format, std::int64_t tokens) {
+  const std::int64_t entries = tokens / 4;
+  Pool pool(format, 1, entries, 99 + tokens);
+  Queries queries(format, tokens, 4321 + tokens);
+  std::vector<std::int32_t> qs = {0, static_cast<std::int32_t>(tokens)}, vis(static_cast<std::size_t>(tokens));
+  double pairs = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    vis[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t + 1) / 4);
+    pairs += static_cast<double>((t + 1) / 4);
+  }
+  Tensor d_qs = Tensor::from_host(DType::I32, {2}, qs.data(), Device::CUDA);
+  Tensor d_vis = Tensor::from_host(DType::I32, {tokens}, vis.data(), Device::CUDA);
+  Tensor scores = Tensor::empty(DType::F32, {tokens, entries}, Device::CUDA);
+  const IndexerRowsView rows_view{d_qs.view(), d_vis.view(), pool.page_table.view()};
+  const IndexerKeyCacheView keys{pool.pages.view(), pool.format, kEntriesPerPage};
+  indexer_scores(queries.q.view(), keys, rows_view, scores.view());
+  check_cuda(cudaDeviceSynchronize(), "prefill");
+  // The last row sees every entry; a middle row half of them.
+  const std::int64_t mid = tokens / 2;
+  bool ok = check_window(queries, pool, 0, tokens - 1, entries - 256, 256, scores) &&
+            check_window(queries, pool, 0, mid, (mid + 1) / 4 - 128, 128, scores);
+  std::vector<float> beyond(1);
+  check_cuda(cudaMemcpy(beyond.data(), scores.data_as<float>() + mid * entries + entries - 1, 4, cudaMemcpyDeviceToHost),
+             "beyond");
+  ok = ok && std::isinf(beyond[0]) && beyond[0] < 0;
+  IndexerOptions fast;
+  fast.check_contents = false;
+  const double us = bench::time_us([&](cudaStream_t s) {
+    fast.stream = s;
+    indexer_scores(queries.q.view(), keys, rows_view, scores.view(), fast);
+  }, nullptr, {2, 10, true});
+  const double tflops = pairs * 2.0 * kHeads * kDim / (us * 1e-6) / 1e12;
+  report.add("prefill_" + format_name(format) + "_t" + std::to_string(tokens),
+             {{"tokens", tokens}, {"entries", entries}, {"format", format_name(format)},
+              {"score_bytes", 4.0 * tokens * entries}},
+             us, "TFLOP/s", tflops, kFp8TensorCeiling, ok);
+}
+
+void run_query_prep(bench::Report& report, IndexerKeyFormat format, std::int64_t rows, double copy_gbs) {
+  Tensor q_rows = Tensor::empty(DType::F32, {rows, kHeads * kDim}, Device::CUDA);
+  Tensor logits = Tensor::empty(DType::F32, {rows, kHeads}, Device::CUDA);
+  Tensor cos = Tensor::empty(DType::F32, {rows, 32}, Device::CUDA), sin = Tensor::empty(DType::F32, {rows, 32}, Device::CUDA);
+  fill_floats<<<1024, 256>>>(q_rows.data_as<float>(), q_rows.numel(), -2.0f, 2.0f, 5);
+  fill_floats<<<64, 256>>>(logits.data_as<float>(), logits.numel(), -1.0f, 1.0f, 6);
+  fill_floats<<<64, 256>>>(cos.data_as<float>(), cos.numel(), -1.0f, 1.0f, 7);
+  fill_floats<<<64, 256>>>(sin.data_as<float>(), sin.numel(), -1.0f, 1.0f, 8);
+  IndexerQuery out = IndexerQuery::empty(format, rows, kHeads, kDim, Device::CUDA);
+  const auto launch = [&](cudaStream_t s) {
+    IndexerOptions o;
+    o.stream = s;
+    prepare_indexer_queries(q_rows.view(), logits.view(), cos.view(), sin.view(), format, out.view(), o);
+  };
+  launch(nullptr);
+  check_cuda(cudaDeviceSynchronize(), "query prep");
+  // Check against the reference on the first rows (bit-exact codes expected).
+  const std::int64_t check_rows = std::min<std::int64_t>(rows, 4);
+  std::vector<float> h_rows(static_cast<std::size_t>(check_rows * kHeads * kDim)), h_logits(static_cast<std::size_t>(check_rows * kHeads)),
+      h_cos(static_cast<std::size_t>(check_rows * 32)), h_sin(h_cos.size());
+  check_cuda(cudaMemcpy(h_rows.data(), q_rows.data(), h_rows.size() * 4, cudaMemcpyDeviceToHost), "rows");
+  check_cuda(cudaMemcpy(h_logits.data(), logits.data(), h_logits.size() * 4, cudaMemcpyDeviceToHost), "logits");
+  check_cuda(cudaMemcpy(h_cos.data(), cos.data(), h_cos.size() * 4, cudaMemcpyDeviceToHost), "cos");
+  check_cuda(cudaMemcpy(h_sin.data(), sin.data(), h_sin.size() * 4, cudaMemcpyDeviceToHost), "sin");
+  IndexerQuery want = IndexerQuery::empty(format, check_rows, kHeads, kDim);
+  prepare_indexer_queries(TensorView{h_rows.data(), DType::F32, {check_rows, kHeads * kDim}, Device::CPU},
+                          TensorView{h_logits.data(), DType::F32, {check_rows, kHeads}, Device::CPU},
+                          TensorView{h_cos.data(), DType::F32, {check_rows, 32}, Device::CPU},
+                          TensorView{h_sin.data(), DType::F32, {check_rows, 32}, Device::CPU}, format, want.view());
+  std::vector<std::uint8_t> got(want.codes.nbytes());
+  check_cuda(cudaMemcpy(got.data(), out.codes.data(), got.size(), cudaMemcpyDeviceToHost), "codes");
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) same += got[i] == want.codes.data_as<std::uint8_t>()[i];
+  const bool ok = same >= got.size() * 999 / 1000;
+  const double us = bench::time_us(launch, nullptr, {3, 20, true});
+  const double bytes = static_cast<double>(q_rows.nbytes() + logits.nbytes() + cos.nbytes() + sin.nbytes() +
+                                           out.codes.nbytes() + out.scales.nbytes() + out.weights.nbytes());
+  report.add("query_" + format_name(format) + "_rows" + std::to_string(rows), {{"rows", rows}, {"bytes", bytes}}, us,
+             "GB/s", bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <out_dir>\n", argv[0]);
+    return 2;
+  }
+  bench::Report report("bench_indexer", argv[1]);
+  const double copy_gbs = bench::copy_bandwidth_gbs();
+  std::printf("copy bandwidth %.0f GB/s\n", copy_gbs);
+  for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4}) {
+    const Pool pool(f, 128, 262144, 7 + static_cast<int>(f));  // 128 requests × 256K entries: every decode case
+    for (int batch : {1, 32, 128})
+      for (std::int64_t n : {16384, 65536, 262144})
+        for (int next_n : {1, 2, 4}) run_decode(report, {f, batch, n, next_n}, copy_gbs, pool);
+  }
+  for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
+    for (std::int64_t t : {8192, 65536}) run_prefill(report, f, t);
+  for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
+    for (std::int64_t rows : {1, 128, 65536}) run_query_prep(report, f, rows, copy_gbs);
+  report.write();
+  return 0;
+}
