@@ -57,8 +57,10 @@ TEST(E4m3, SaturatesAndKeepsNaN) {
 TEST(E2m1, GridRoundTripsTiesAndSaturation) {
   for (int c = 0; c < 16; ++c) {
     const auto code = static_cast<std::uint8_t>(c);
-    EXPECT_EQ(e2m1_from(float_from_e2m1(code)), code) << c;
+    // −0 (code 0x8) decodes to zero, which is stored as +0 (code 0).
+    EXPECT_EQ(e2m1_from(float_from_e2m1(code)), c == 0x8 ? 0 : code) << c;
   }
+  EXPECT_EQ(e2m1_from(-0.2f), 0);  // a negative value rounding to zero is +0
   EXPECT_EQ(e2m1_from(0.25f), 0);  // tie 0 | 0.5 → even code 0
   EXPECT_EQ(e2m1_from(0.75f), 2);  // tie 0.5 | 1 → code 2
   EXPECT_EQ(e2m1_from(1.25f), 2);
