@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "commands.hpp"
 #include "dsv4/compressor.hpp"
 #include "dsv4/config.hpp"
@@ -29,46 +30,11 @@ struct CompressOptions {
   std::string device = "cpu";
 };
 
-// Parses "a,b,..." (non-negative integers summing to `total`); empty text is one chunk of `total`.
-std::vector<std::int64_t> parse_chunks(const std::string& text, std::int64_t total) {
-  if (text.empty()) return {total};
-  std::vector<std::int64_t> chunks;
-  std::int64_t sum = 0;
-  std::size_t begin = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', begin);
-    const std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    std::size_t used = 0;
-    long long value = -1;
-    try {
-      value = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    require(used == item.size() && !item.empty() && value >= 0, "--chunks",
-            "'" + item + "' is not a non-negative integer (expected sizes like 64,1,1,7)");
-    require(value <= total - sum, "--chunks", "the chunk sizes add up to more than the " + std::to_string(total) + " rows");
-    chunks.push_back(value);
-    sum += value;
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
-  }
-  require(sum == total, "--chunks",
-          "the chunk sizes add up to " + std::to_string(sum) + " but the input has " + std::to_string(total) + " rows");
-  return chunks;
-}
-
 IndexerKeyFormat parse_indexer_format(const CompressOptions& o) {
   require(!o.indexer_format_given || o.indexer, "--indexer-format", "only applies with --indexer");
   if (o.indexer_format == "fp8") return IndexerKeyFormat::FP8;
   if (o.indexer_format == "fp4") return IndexerKeyFormat::FP4;
   throw Error("--indexer-format", "expected fp8 or fp4, got '" + o.indexer_format + "'");
-}
-
-// A view of rows [begin, begin + count) of a host F32 tensor [T, width].
-TensorView row_range(const Tensor& t, std::int64_t begin, std::int64_t count) {
-  const std::int64_t width = t.shape()[1];
-  return TensorView{t.data_as<float>() + begin * width, DType::F32, {count, width}, Device::CPU};
 }
 
 int compress_file(const CompressOptions& o) {
@@ -83,7 +49,7 @@ int compress_file(const CompressOptions& o) {
   const Tensor ape = in.read_raw("ape", DType::F32, {spec.ratio, spec.row_width()});
   const Tensor norm = in.read_raw("norm", DType::F32, {spec.width});
   const std::int64_t rows = kv.shape()[0];
-  const std::vector<std::int64_t> chunks = parse_chunks(o.chunks, rows);
+  const std::vector<std::int64_t> chunks = parse_chunk_sizes(o.chunks, rows, "the input");
 
   SingleRequestCompressor compressor(spec, ape.view(), norm.view(), rows, model.page_size, device);
   std::vector<float> compressed;

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_common.hpp"
 #include "commands.hpp"
 #include "dsv4/config.hpp"
 #include "dsv4/error.hpp"
@@ -27,34 +28,6 @@ struct RunLayerOptions {
   int threads = 0;     // 0: every hardware thread
 };
 
-// "a,b,..." → chunk sizes (non-negative, summing to `total`); empty text → one chunk.
-std::vector<std::int64_t> chunk_sizes(const std::string& text, std::int64_t total) {
-  if (text.empty()) return {total};
-  std::vector<std::int64_t> sizes;
-  std::int64_t sum = 0;
-  for (std::size_t begin = 0; begin <= text.size();) {
-    const std::size_t end = std::min(text.find(',', begin), text.size());
-    const std::string item = text.substr(begin, end - begin);
-    require(!item.empty() && item.size() <= 12 && item.find_first_not_of("0123456789") == std::string::npos,
-            "--chunks", "'" + item + "' is not a non-negative integer (expected sizes like 64,1,1,7)");
-    sizes.push_back(std::stoll(item));
-    sum += sizes.back();
-    begin = end + 1;
-  }
-  require(sum == total, "--chunks",
-          "the chunk sizes add up to " + std::to_string(sum) + " but x has " + std::to_string(total) + " rows");
-  return sizes;
-}
-
-// Rows [begin, begin + count) of a host tensor [T, ...] as a view.
-TensorView row_range(const Tensor& t, std::int64_t begin, std::int64_t count) {
-  TensorView v = t.view();
-  const std::int64_t row = t.shape()[0] ? t.numel() / t.shape()[0] : 0;
-  v.data = static_cast<std::byte*>(v.data) + begin * row * static_cast<std::int64_t>(dtype_size(t.dtype()));
-  v.shape[0] = count;
-  return v;
-}
-
 int run_layer(const RunLayerOptions& o) {
   const Device device = parse_device(o.device, "--device");
   require(device == Device::CPU, "--device", "run-layer runs the CPU reference; a CUDA layer is not built yet");
@@ -71,7 +44,7 @@ int run_layer(const RunLayerOptions& o) {
   const Tensor x = in.read_raw("x", x_info.dtype, {-1, model.hidden_size});
   const std::int64_t T = x.shape()[0];
   require(T <= model.max_positions, "x", "more rows than max_position_embeddings");
-  const std::vector<std::int64_t> chunks = chunk_sizes(o.chunks, T);
+  const std::vector<std::int64_t> chunks = parse_chunk_sizes(o.chunks, T, "x");
 
   LayerOptions options;
   options.max_tokens = std::max<std::int64_t>(T, 1);
