@@ -100,7 +100,7 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
-void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng) {
+void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, bool flush_l2) {
   constexpr int kWindow = 128;
   const int n = kWindow + c.compressed;
   Tensor q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
@@ -140,7 +140,7 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
   call();
   check_cuda(cudaStreamEndCapture(stream, &graph), "capture end");
   check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const double us = dsv4::bench::time_us([&](cudaStream_t s) { cudaGraphLaunch(exec, s); }, stream, {3, 20, true});
+  const double us = dsv4::bench::time_us([&](cudaStream_t s) { cudaGraphLaunch(exec, s); }, stream, {3, 20, flush_l2});
 
   // Check two rows (first 8 heads) against the CPU reference.
   const int check_heads = std::min(c.heads, 8);
@@ -184,8 +184,16 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
 
 }  // namespace
 
+// Usage: bench_sparse_attention [OUT_DIR] [--only SUBSTRING] [--warm-l2]
 int main(int argc, char** argv) {
   const std::string out_dir = argc > 1 ? argv[1] : ".";
+  std::string only;
+  bool flush_l2 = true;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--only" && i + 1 < argc) only = argv[++i];
+    else if (arg == "--warm-l2") flush_l2 = false;
+  }
   dsv4::bench::Report report("bench_sparse_attention", out_dir);
   std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n", dsv4::bench::copy_bandwidth_gbs(),
               kBf16Ceiling);
@@ -214,7 +222,8 @@ int main(int argc, char** argv) {
     }
   }
   cases.insert(cases.end(), variants.begin(), variants.end());
-  for (const Case& c : cases) run_case(c, pools, report, rng);
+  for (const Case& c : cases)
+    if (c.name.find(only) != std::string::npos) run_case(c, pools, report, rng, flush_l2);
   report.write();
   return 0;
 }

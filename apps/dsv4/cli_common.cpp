@@ -24,8 +24,9 @@ std::vector<std::int64_t> parse_chunk_sizes(const std::string& text, std::int64_
     }
     require(used == item.size() && !item.empty() && value >= 0, "--chunks",
             "'" + item + "' is not a non-negative integer (expected sizes like 64,1,1,7)");
-    require(value <= total - sum, "--chunks",
-            "the chunk sizes add up to more than the " + std::to_string(total) + " rows of " + what);
+    // Bounding each item keeps the sum far from overflow; the sum itself is checked at the end.
+    require(value <= total, "--chunks",
+            "chunk size " + item + " exceeds the " + std::to_string(total) + " rows of " + what);
     chunks.push_back(value);
     sum += value;
     if (comma == std::string::npos) break;

@@ -198,6 +198,9 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
     require(options.workspace.nbytes() >= needed, "workspace",
             "holds " + std::to_string(options.workspace.nbytes()) + " bytes, the call needs " + std::to_string(needed));
   }
+  require(num_splits(window_slots.dim(1) + compressed_slots.dim(1), options.split_candidates) <= cuda::kMaxChunksPerRow,
+          "compressed_slots",
+          "more than " + std::to_string(cuda::kMaxChunksPerRow) + " chunks of split_candidates per row on CUDA");
   if (rows == 0) return;
   run_cuda(q, window_cache, compressed_cache, window_total, compressed_total, window_slots, compressed_slots,
            attn_sink, out, lse, options);

@@ -4,9 +4,14 @@
 // c-wide entry, so every global access is one 16-byte vector and every reduction of the
 // post-processing (RMSNorm sum, scale-block maxima, Walsh–Hadamard) runs across lanes.
 // A two-pass unit may split the candidate rows of an event into kGroups groups of kLanes threads
-// (C128: 128 rows per branch are too many for one thread's loads in flight); their partial
-// softmax statistics are merged in shared memory in group order, so the result never depends on
-// scheduling. Units smaller than 128 threads (c = 128: one warp) are packed 128 / unit per block.
+// (C128: 128 rows per branch are too many for one thread); their partial softmax statistics are
+// merged in shared memory in group order, so the result never depends on scheduling. Units
+// smaller than 128 threads (c = 128: one warp) are packed 128 / unit per block.
+//
+// Rows reach a thread through cp.async into its own shared-memory slots ("staging"), not
+// registers: a thread copies kBatch candidates (kv, score and, where ape is large, the ape row)
+// and reads back only what it copied, so no barrier is needed, registers stay low (more blocks
+// per SM) and, with two stages, the next batch is in flight while this one is reduced.
 #pragma once
 
 namespace dsv4::cuda::compressor {
@@ -27,27 +32,35 @@ struct UnitConfig {
   static_assert(kWarpUnit || kUnitsPerBlock == 1, "multi-warp units own their block");
 };
 
-// Two-pass (softmax over the stored rows of the window).
-//   kLongWindow: more than kSingleGroupMaxCandidates candidates per event (C128): the rows are
-//   split over groups so that a unit is 256 (c = 512) or 128 (c = 128) threads.
-//   kBatch: candidate rows whose kv, score and ape vectors a thread loads before any math (12
-//   registers each, plus addresses): 8 rows × 32 B × 384 threads = 96 KB in flight per SM, or
-//   4 rows × 32 B × 512 threads = 64 KB for long windows.
-//   kMinBlocksPerSM: 3 blocks of 128 threads (≤ 168 registers: a batch of 8 does not spill), or
-//   512 threads of long-window units (≤ 128 registers).
-constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
-
-template <int kWidth, bool kLongWindow>
-struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)> {
-  static constexpr int kBatch = kLongWindow ? 4 : 8;
-  static constexpr int kMinBlocksPerSM =
-      kLongWindow ? 512 / UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads : 3;
+// Staging of one kernel: kStages × kBatch candidates (rows) × kVectors 16-byte vectors per thread.
+template <int kBatch_, int kStages_, bool kStageApe_, int kBlockThreads>
+struct StagingConfig {
+  static constexpr int kBatch = kBatch_;        // rows copied before any math on them
+  static constexpr int kStages = kStages_;      // 2: the next batch is in flight during this one's math
+  static constexpr bool kStageApe = kStageApe_; // copy the ape row too (large ape: C128); else __ldg (L1-hot)
+  static constexpr int kVectors = kStageApe ? 3 : 2;
+  static constexpr int kBytes = kStages * kBatch * kVectors * 16 * kBlockThreads;  // dynamic shared memory
 };
 
-// Online (running max / sum / mean per channel, one row after another).
+constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
+
+// Two-pass (softmax over the stored rows of the window).
+//   short windows (C4: 8 candidates): one batch of 8 per event, ape from L1; 32 KB of staging per
+//     128 threads, 6 blocks per SM (≤ 80 registers): 6 events, 192 KB in flight per SM.
+//   long windows (C128): the rows split over 2 (c = 512) or 4 (c = 128) groups; batches of 4 in
+//     two stages with ape staged; 96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM).
+template <int kWidth, bool kLongWindow>
+struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
+                       StagingConfig<kLongWindow ? 4 : 8, kLongWindow ? 2 : 1, kLongWindow,
+                                     UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads> {
+  using Unit = UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>;
+  static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 6;
+};
+
+// Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two
+// stages, ape staged (m·c floats is large for C128); 48 KB per 128 threads, 4 blocks per SM.
 template <int kWidth>
-struct OnlineConfig : UnitConfig<kWidth, 1> {
-  static constexpr int kBatch = 4;  // rows loaded ahead of the sequential recurrence
+struct OnlineConfig : UnitConfig<kWidth, 1>, StagingConfig<4, 2, true, UnitConfig<kWidth, 1>::kBlockThreads> {
   static constexpr int kMinBlocksPerSM = 4;
 };
 

@@ -24,6 +24,30 @@ __device__ __forceinline__ float4 load_shared_input(const float* p /*16-B aligne
 }
 __device__ __forceinline__ void store4(float* p /*16-B aligned*/, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
+// 16 bytes global → this thread's shared-memory slot, asynchronously (L2 only: rows are read once).
+__device__ __forceinline__ void copy_async16(float4* smem_slot, const float* global /*16-B aligned*/) {
+  const auto slot = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_slot));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed copy groups are still in flight; the
+// completed copies are then visible to this thread.
+template <int kPending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// This thread's staging slots: [stage][row of the batch][vector] float4, interleaved across the
+// block's threads so that a warp's accesses are consecutive 16-byte words (no bank conflicts).
+template <class Config>
+struct Staging {
+  float4* column;  // dynamic shared memory + threadIdx.x
+  __device__ explicit Staging(float4* shared) : column(shared + threadIdx.x) {}
+  __device__ float4* slot(int stage, int row, int vector) const {
+    return column + ((stage * Config::kBatch + row) * Config::kVectors + vector) * Config::kBlockThreads;
+  }
+};
+
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
 }

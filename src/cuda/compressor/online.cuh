@@ -34,7 +34,7 @@ __device__ __forceinline__ void online_update(bool first_row, float s, float v, 
     return;
   }
   const float diff = __fsub_rn(s, max);
-  const float e = expf(-fabsf(diff));  // e^(smaller − larger): one exponential per row
+  const float e = __expf(-fabsf(diff));  // e^(smaller − larger): one exponential per row
   const bool grows = diff > 0.0f;
   const float old_weight = grows ? e : 1.0f, new_weight = grows ? 1.0f : e;
   const float new_sum = __fmaf_rn(sum, old_weight, new_weight);
@@ -52,42 +52,60 @@ struct NewRows {
   std::int64_t score_stride;
   const float* ape;     // [m, c]
   std::int64_t prefix, row_begin;
-  int width;
 
-  __device__ NewRows(const KernelParams& p, const StepRequest& r, int c)
+  __device__ NewRows(const KernelParams& p, const StepRequest& r)
       : kv(p.kv), kv_stride(p.kv_stride), score(p.score), score_stride(p.score_stride), ape(p.ape), prefix(r.prefix),
-        row_begin(r.row_begin), width(c) {}
+        row_begin(r.row_begin) {}
 };
 
-// Applies positions [from, to) to `state` (a block's first row restarts it). After the row that
-// brings the count to L ≥ keep_from, stores the snapshot of L into `snapshots`
+// Applies positions [from, to) to `state` (a block's first row restarts it), kBatch rows at a time
+// through the staging slots, the next batch in flight during this one's recurrence. After the row
+// that brings the count to L ≥ keep_from, stores the snapshot of L into `snapshots`
 // [num_snapshots, 3·c].
 template <class Config>
 __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& rows, std::int64_t from, std::int64_t to,
-                                         std::int64_t keep_from, float* snapshots, int lane, OnlineState& state) {
+                                         std::int64_t keep_from, float* snapshots, int lane,
+                                         const Staging<Config>& staging, OnlineState& state) {
   constexpr int kBatch = Config::kBatch;
   constexpr int c = Config::kWidth;
   const int m = p.ratio, num_snapshots = p.records_per_slot;
   const int channel = 4 * lane;
-  int in_block = static_cast<int>(from % m);
-  for (std::int64_t batch = from; batch < to; batch += kBatch) {
-    float values[kBatch][4], scores[kBatch][4];
+  const int first_in_block = static_cast<int>(from % m);
+  const int batches = static_cast<int>((to - from + kBatch - 1) / kBatch);
+  const auto copy_batch = [&](int b) {
+    const int stage = b % Config::kStages;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const std::int64_t q = batch + u < to ? batch + u : from;  // padding reloads a real row
+      const std::int64_t offset = static_cast<std::int64_t>(b) * kBatch + u;
+      const std::int64_t q = from + offset < to ? from + offset : from;  // padding copies a real row
       const std::int64_t row = rows.row_begin + (q - rows.prefix);
-      const int row_in_block = (in_block + u) % m;
-      to_array(load_once(rows.kv + row * rows.kv_stride + channel), values[u]);
-      to_array(add4(load_once(rows.score + row * rows.score_stride + channel),
-                    load_shared_input(rows.ape + static_cast<std::int64_t>(row_in_block) * c + channel)),
-               scores[u]);
+      const int in_block = static_cast<int>((first_in_block + (q - from)) % m);
+      copy_async16(staging.slot(stage, u, 0), rows.kv + row * rows.kv_stride + channel);
+      copy_async16(staging.slot(stage, u, 1), rows.score + row * rows.score_stride + channel);
+      copy_async16(staging.slot(stage, u, 2), rows.ape + static_cast<std::int64_t>(in_block) * c + channel);
     }
+    copy_async_commit();
+  };
+  if (batches == 0) return;
+  copy_batch(0);
+  int in_block = first_in_block;
+  for (int b = 0; b < batches; ++b) {
+    if (b + 1 < batches) {
+      copy_batch(b + 1);
+      copy_async_wait<1>();
+    } else {
+      copy_async_wait<0>();
+    }
+    const int stage = b % Config::kStages;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const std::int64_t q = batch + u;
+      const std::int64_t q = from + static_cast<std::int64_t>(b) * kBatch + u;
       if (q >= to) break;
+      float values[4], scores[4];
+      to_array(*staging.slot(stage, u, 0), values);
+      to_array(add4(*staging.slot(stage, u, 1), *staging.slot(stage, u, 2)), scores);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) online_update(in_block == 0, scores[u][k], values[u][k], state.max[k], state.sum[k], state.mean[k]);
+      for (int k = 0; k < 4; ++k) online_update(in_block == 0, scores[k], values[k], state.max[k], state.sum[k], state.mean[k]);
       in_block = in_block + 1 == m ? 0 : in_block + 1;
       if (q + 1 >= keep_from) {
         float* snapshot = snapshots + ((q + 1) % num_snapshots) * p.record_floats;
@@ -102,16 +120,21 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
+  static_assert(Config::kStages == 2 && Config::kStageApe, "run_rows pipelines two stages with ape staged");
   constexpr int c = Config::kWidth;
-  static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "shared scratch is per block");
+  static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");
+  extern __shared__ float4 dynamic_shared[];  // [Config::kBytes / 16] staging
   __shared__ double s_sum[Config::kWarpsPerGroup];
   const int unit = static_cast<int>(threadIdx.x) / Config::kUnitThreads;
   const int lane = static_cast<int>(threadIdx.x) % Config::kUnitThreads;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
   if (item >= p.num_items) return;
+  float norm[4];
+  load_norm<Config>(p, lane, norm);
+  const Staging<Config> staging(dynamic_shared);
   const ItemPlace place = locate_item(p, item);
   const StepRequest& r = place.request;
-  const NewRows rows(p, r, c);
+  const NewRows rows(p, r);
   const int m = p.ratio;
   float* snapshots = p.state + static_cast<std::int64_t>(r.slot) * p.records_per_slot * p.record_floats;
   constexpr std::int64_t kNoSnapshots = INT64_MAX;
@@ -121,8 +144,8 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     // A body item: block `entry`, entirely in this step's rows, from its first row.
     const int event = static_cast<int>(place.index);
     const std::int64_t start = (r.prefix / m + event) * m;
-    run_rows<Config>(p, rows, start, start + m, kNoSnapshots, snapshots, lane, state);
-    finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, event), s_sum);
+    run_rows<Config>(p, rows, start, start + m, kNoSnapshots, snapshots, lane, staging, state);
+    finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, event), norm, s_sum);
     return;
   }
 
@@ -137,15 +160,15 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     to_array(load_once(snapshot + c + 4 * lane), state.sum);
     to_array(load_once(snapshot + 2 * c + 4 * lane), state.mean);
   }
-  run_rows<Config>(p, rows, r.prefix, first_block_end, keep_from, snapshots, lane, state);
+  run_rows<Config>(p, rows, r.prefix, first_block_end, keep_from, snapshots, lane, staging, state);
   if (first_block_end == first_block_start + m) {
-    finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, 0), s_sum);
+    finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, 0), norm, s_sum);
   }
   // The kept counts past the first block: re-run their block(s) from the first row (the body
   // items compute the same values for their events; only the head writes state).
-  const std::int64_t first_kept_row = keep_from - 1;
-  if (first_kept_row >= first_block_end) {
-    run_rows<Config>(p, rows, first_kept_row / m * m, end, keep_from, snapshots, lane, state);
+  const std::int64_t first_kept_row = keep_from - 1 > first_block_end ? keep_from - 1 : first_block_end;
+  if (first_kept_row < end) {
+    run_rows<Config>(p, rows, first_kept_row / m * m, end, keep_from, snapshots, lane, staging, state);
   }
 }
 

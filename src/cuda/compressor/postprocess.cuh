@@ -89,12 +89,18 @@ __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lan
   if (lane % kLanesPerScale == 0) t.page[fmt.scale_offset(t.index_in_page, entries_per_page) + lane / kLanesPerScale] = e;
 }
 
+// This lane's 4 RMSNorm weights, loaded once per item (early, off the event's critical path).
+template <class Config>
+__device__ __forceinline__ void load_norm(const KernelParams& p, int lane, float (&norm)[4]) {
+  to_array(load_shared_input(p.norm + 4 * (lane % Config::kLanes)), norm);
+}
+
 // Post-processes the compressed row `compressed` (this lane's 4 channels) of event target `t`,
-// stores the entry and the optional outputs. `s_sum` [Config::kWarpsPerGroup] is scratch shared
-// by the unit (unused for single-warp groups).
+// stores the entry and the optional outputs. `norm`: this lane's RMSNorm weights (load_norm).
+// `s_sum` [Config::kWarpsPerGroup] is scratch shared by the unit (unused for single-warp groups).
 template <class Config>
 __device__ __forceinline__ void finish_event(const KernelParams& p, const float (&compressed)[4], int lane, bool active,
-                                             const EntryTarget& t, double* s_sum) {
+                                             const EntryTarget& t, const float (&norm)[4], double* s_sum) {
   constexpr int kWidth = Config::kWidth;
   if (active) {
     if (p.out_compressed) {
@@ -126,8 +132,6 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     unit_sync<Config>();  // s_sum may be reused by the next event
   }
   const double inv_rms = 1.0 / sqrt(sum_squares / kWidth + p.eps);
-  float norm[4];
-  to_array(load_shared_input(p.norm + 4 * lane), norm);
   float y[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {

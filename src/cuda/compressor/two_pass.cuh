@@ -4,9 +4,9 @@
 //
 // Event n's candidates are the consecutive positions p0 .. p0 + K − 1, p0 = (n − 1)·m with overlap
 // (n ≥ 1: the m rows of block n−1 on channels [0, c), then block n on [c, 2c)), else n·m (K = m).
-// A thread loads kBatch candidates (kv, score and ape vectors, branch-free) before any math, then
-// folds them into a running (max, Σw, Σw·v) per channel with explicitly rounded float operations,
-// so every unit computes an event with exactly the same instructions whichever item it is.
+// A thread copies kBatch candidates into its staging slots (config.hpp), then folds them into a
+// running (max, Σw, Σw·v) per channel with explicitly rounded float operations, so every unit
+// computes an event with exactly the same instructions whichever item it is.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,22 +39,39 @@ struct RingRows {
         ring(p.state + static_cast<std::int64_t>(r.slot) * p.records_per_slot * p.record_floats), prefix(r.prefix),
         row_begin(r.row_begin), row_width(p.record_floats / 2), ring_rows(p.records_per_slot),
         record_floats(p.record_floats) {}
+};
 
-  // kv and score (+ape) vectors of channels [channel, channel + 4) of position `p`, whose ring row
-  // is `ring_row` and whose offset inside its block is `in_block`. Branch-free (a select of
-  // addresses), so a thread's loads of several candidates are all in flight together.
-  __device__ __forceinline__ void load(std::int64_t p, int ring_row, int in_block, int channel, float4& value,
-                                       float4& score_out) const {
-    const bool is_new = p >= prefix;
-    const std::int64_t row = row_begin + (p - prefix);
-    const float* record = ring + static_cast<std::int64_t>(ring_row) * record_floats;
-    const float* value_at = is_new ? kv + row * kv_stride + channel : record + channel;
-    const float* score_at = is_new ? score + row * score_stride + channel : record + row_width + channel;
-    value = load_once(value_at);
-    const float4 raw = load_once(score_at);
-    float4 bias = load_shared_input(ape + static_cast<std::int64_t>(in_block) * row_width + channel);
-    if (!is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
-    score_out = add4(raw, bias);
+// One candidate of an event: its position and where its vectors are.
+struct Candidate {
+  bool is_new;           // a row of this step (else a ring row)
+  const float* value;    // kv vector [4]
+  const float* score;    // score vector [4] (ring: + ape)
+  const float* ape;      // ape vector [4] (added only to new rows)
+};
+
+// The candidates of event n, as a function of the candidate index j (0 ≤ j < count).
+struct EventWindow {
+  std::int64_t p0;  // position of candidate 0
+  int ring0;        // its ring row
+  int b_rows;       // candidates of the b branch (block n − 1, channel offset 0)
+  int a_offset;     // channel offset of the a branch
+  int count;        // K
+
+  __device__ Candidate candidate(const RingRows& rows, int j, int lane) const {
+    const bool b_branch = j < b_rows;
+    const int channel = (b_branch ? 0 : a_offset) + 4 * lane;
+    const int in_block = b_branch ? j : j - b_rows;  // p0 is a multiple of m
+    const std::int64_t p = p0 + j;
+    int ring_row = ring0 + j;
+    if (ring_row >= rows.ring_rows) ring_row -= rows.ring_rows;  // K ≤ R: one wrap at most
+    const float* record = rows.ring + static_cast<std::int64_t>(ring_row) * rows.record_floats;
+    const std::int64_t row = rows.row_begin + (p - rows.prefix);
+    Candidate c;
+    c.is_new = p >= rows.prefix;
+    c.value = c.is_new ? rows.kv + row * rows.kv_stride + channel : record + channel;
+    c.score = c.is_new ? rows.score + row * rows.score_stride + channel : record + rows.row_width + channel;
+    c.ape = rows.ape + static_cast<std::int64_t>(in_block) * rows.row_width + channel;
+    return c;
   }
 };
 
@@ -63,72 +80,107 @@ struct SoftmaxPartial {
   float max[4], sum[4], weighted[4];
 };
 
-// Folds candidates [j_begin, j_end) of an event into `acc`, kBatch at a time.
-//   p0: position of candidate 0; ring0: its ring row; b_rows: candidates from the b branch
-//   (block n−1, channel offset 0), the others are the a branch at channel offset a_offset.
-template <int kBatch>
-__device__ __forceinline__ void pool_candidates(const RingRows& rows, int ratio, std::int64_t p0, int ring0, int b_rows,
-                                                int a_offset, int j_begin, int j_end, int lane, SoftmaxPartial& acc) {
-  for (int jb = j_begin; jb < j_end; jb += kBatch) {
-    float values[kBatch][4], scores[kBatch][4];
+// Folds candidates [j_begin, j_end) of `window` into `acc`, kBatch at a time through the staging
+// slots. `after_first_copy()` runs once the first batch's copies are issued (the head's ring
+// writes overlap them when they cannot touch this step's reads).
+template <class Config, class AfterFirstCopy>
+__device__ __forceinline__ void pool_candidates(const RingRows& rows, const EventWindow& window, int j_begin, int j_end,
+                                                int lane, const Staging<Config>& staging, SoftmaxPartial& acc,
+                                                AfterFirstCopy&& after_first_copy) {
+  constexpr int kBatch = Config::kBatch;
+  const int batches = (j_end - j_begin + kBatch - 1) / kBatch;
+  const auto copy_batch = [&](int b) {
+    const int stage = b % Config::kStages;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const bool valid = jb + u < j_end;
-      const int j = valid ? jb + u : j_begin;  // a padding slot reloads a real candidate, then is masked
-      const bool b_branch = j < b_rows;
-      int ring_row = ring0 + j;
-      if (ring_row >= rows.ring_rows) ring_row -= rows.ring_rows;  // K ≤ R, so one wrap at most
-      float4 v, s;
-      rows.load(p0 + j, ring_row, b_branch ? j : j - b_rows, (b_branch ? 0 : a_offset) + 4 * lane, v, s);
-      to_array(v, values[u]);
-      to_array(s, scores[u]);
+      const int j = j_begin + b * kBatch + u;
+      const Candidate c = window.candidate(rows, j < j_end ? j : j_begin, lane);  // padding copies a real row
+      copy_async16(staging.slot(stage, u, 0), c.value);
+      copy_async16(staging.slot(stage, u, 1), c.score);
+      if constexpr (Config::kStageApe) copy_async16(staging.slot(stage, u, 2), c.ape);
+    }
+    copy_async_commit();
+  };
+  copy_batch(0);
+  after_first_copy();
+  for (int b = 0; b < batches; ++b) {
+    if constexpr (Config::kStages > 1) {
+      if (b + 1 < batches) {
+        copy_batch(b + 1);
+        copy_async_wait<1>();
+      } else {
+        copy_async_wait<0>();
+      }
+    } else {
+      copy_async_wait<0>();
+    }
+    const int stage = b % Config::kStages;
+    // Scores first (their batch maximum rescales the running sums), values read back per row.
+    float scores[kBatch][4];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j_begin + b * kBatch + u;
+      const bool valid = j < j_end;
+      const Candidate c = window.candidate(rows, valid ? j : j_begin, lane);
+      float4 bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
+      if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
+      to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
       if (!valid) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) scores[u][k] = -INFINITY;
       }
     }
+    float new_max[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       float batch_max = scores[0][k];
 #pragma unroll
       for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
-      const float new_max = fmaxf(acc.max[k], batch_max);
-      const float rescale = expf(__fsub_rn(acc.max[k], new_max));  // 0 while nothing was seen (max = −inf)
-      float sum = __fmul_rn(acc.sum[k], rescale);
-      float weighted = __fmul_rn(acc.weighted[k], rescale);
+      new_max[k] = fmaxf(acc.max[k], batch_max);
+      const float rescale = __expf(__fsub_rn(acc.max[k], new_max[k]));  // 0 while nothing was seen (max = −inf)
+      acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
+      acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
+      acc.max[k] = new_max[k];
+    }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const float w = expf(__fsub_rn(scores[u][k], new_max));  // 0 for a masked slot
-        sum = __fadd_rn(sum, w);
-        weighted = __fmaf_rn(w, values[u][k], weighted);
+    for (int u = 0; u < kBatch; ++u) {
+      float values[4];
+      to_array(*staging.slot(stage, u, 0), values);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float w = __expf(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
+        acc.sum[k] = __fadd_rn(acc.sum[k], w);
+        acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
       }
-      acc.max[k] = new_max;
-      acc.sum[k] = sum;
-      acc.weighted[k] = weighted;
+    }
+    if constexpr (Config::kStages == 1) {
+      if (b + 1 < batches) copy_batch(b + 1);  // the only stage is free again
     }
   }
 }
 
+// The window of event `event` of request `r`.
 template <class Config>
-struct TwoPassShared {
-  static_assert(Config::kUnitsPerBlock == 1 || (Config::kGroups == 1 && Config::kWarpsPerGroup == 1),
-                "shared scratch is used only by units that own their block");
-  float merge[Config::kGroups > 1 ? Config::kGroups * 3 * Config::kWidth : 1];  // [group][max|sum|weighted][c]
-  double sum_squares[Config::kWarpsPerGroup];
-};
+__device__ __forceinline__ EventWindow event_window(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                    int event) {
+  const std::int64_t entry = r.prefix / p.ratio + event;
+  EventWindow w;
+  w.b_rows = (p.overlap && entry >= 1) ? p.ratio : 0;
+  w.count = w.b_rows + p.ratio;
+  w.p0 = entry * p.ratio - w.b_rows;
+  w.ring0 = static_cast<int>(w.p0 % rows.ring_rows);
+  w.a_offset = p.overlap ? Config::kWidth : 0;
+  return w;
+}
 
 // Computes and stores event `event` of request `r` (every thread of the unit takes part).
-template <class Config>
+template <class Config, class AfterFirstCopy>
 __device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                               int event, int group, int lane, TwoPassShared<Config>& shared) {
+                                               int event, int group, int lane, const float (&norm)[4],
+                                               const Staging<Config>& staging, double* s_sum,
+                                               AfterFirstCopy&& after_first_copy) {
+  const EventWindow window = event_window<Config>(p, rows, r, event);
   const EntryTarget target = entry_target(p, r, event);
-  const int m = p.ratio;
-  const int b_rows = (p.overlap && target.entry >= 1) ? m : 0;
-  const int candidates = b_rows + m;
-  const std::int64_t p0 = target.entry * m - b_rows;
-  const int ring0 = static_cast<int>(p0 % rows.ring_rows);
-  const int a_offset = p.overlap ? Config::kWidth : 0;
-
   SoftmaxPartial acc;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -136,14 +188,16 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
     acc.sum[k] = 0.0f;
     acc.weighted[k] = 0.0f;
   }
-  const int j_begin = group * candidates / Config::kGroups, j_end = (group + 1) * candidates / Config::kGroups;
-  pool_candidates<Config::kBatch>(rows, m, p0, ring0, b_rows, a_offset, j_begin, j_end, lane, acc);
+  const int j_begin = group * window.count / Config::kGroups, j_end = (group + 1) * window.count / Config::kGroups;
+  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc, after_first_copy);
 
   if constexpr (Config::kGroups > 1) {
-    // Merge the groups' statistics in group order (deterministic), into group 0.
+    // Merge the groups' statistics in group order (deterministic), into group 0. The scratch
+    // aliases the staging slots: every thread has finished reading its own before the first barrier.
     constexpr int c = Config::kWidth;
-    unit_sync<Config>();  // the previous event's merge has been read
-    float* mine = shared.merge + group * 3 * c;
+    float* merge = reinterpret_cast<float*>(staging.column - threadIdx.x);  // [group][max | sum | weighted][c]
+    unit_sync<Config>();
+    float* mine = merge + group * 3 * c;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       mine[4 * lane + k] = acc.max[k];
@@ -155,11 +209,11 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         float total_max = acc.max[k];
-        for (int g = 1; g < Config::kGroups; ++g) total_max = fmaxf(total_max, shared.merge[g * 3 * c + 4 * lane + k]);
+        for (int g = 1; g < Config::kGroups; ++g) total_max = fmaxf(total_max, merge[g * 3 * c + 4 * lane + k]);
         float sum = 0.0f, weighted = 0.0f;
         for (int g = 0; g < Config::kGroups; ++g) {
-          const float* theirs = shared.merge + g * 3 * c;
-          const float rescale = expf(__fsub_rn(theirs[4 * lane + k], total_max));
+          const float* theirs = merge + g * 3 * c;
+          const float rescale = __expf(__fsub_rn(theirs[4 * lane + k], total_max));
           sum = __fmaf_rn(theirs[c + 4 * lane + k], rescale, sum);
           weighted = __fmaf_rn(theirs[2 * c + 4 * lane + k], rescale, weighted);
         }
@@ -167,11 +221,12 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
         acc.weighted[k] = weighted;
       }
     }
+    unit_sync<Config>();  // the merge has been read: the staging slots may be refilled
   }
   float compressed[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(acc.weighted[k], acc.sum[k]);
-  finish_event<Config>(p, compressed, lane, group == 0, target, shared.sum_squares);
+  finish_event<Config>(p, compressed, lane, group == 0, target, norm, s_sum);
 }
 
 // Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
@@ -218,24 +273,46 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {
-  __shared__ TwoPassShared<Config> shared;
+  extern __shared__ float4 dynamic_shared[];  // [Config::kBytes / 16] staging (and the group merge)
+  __shared__ double s_sum[Config::kWarpsPerGroup];
+  static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");
   const int unit = static_cast<int>(threadIdx.x) / Config::kUnitThreads;
   const int thread = static_cast<int>(threadIdx.x) % Config::kUnitThreads;
   const int group = thread / Config::kLanes, lane = thread % Config::kLanes;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
   if (item >= p.num_items) return;  // whole units only: a block-wide unit never splits here
+  float norm[4];
+  load_norm<Config>(p, lane, norm);
+  const Staging<Config> staging(dynamic_shared);
   const ItemPlace place = locate_item(p, item);
   const StepRequest& r = place.request;
   const RingRows rows(p, r);
-  const int head_events = r.num_events < (p.overlap ? 2 : 1) ? r.num_events : (p.overlap ? 2 : 1);
-  if (place.index == 0) {
-    // The head: the events whose windows may reach into the ring, then (after every read of the
-    // unit) the ring writes.
-    for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, shared);
+  const int coff = p.overlap ? 2 : 1;
+  const int head_events = r.num_events < coff ? r.num_events : coff;
+  const auto nothing = [] {};
+  if (place.index != 0) {
+    two_pass_event<Config>(p, rows, r, head_events + static_cast<int>(place.index) - 1, group, lane, norm, staging,
+                           s_sum, nothing);
+    return;
+  }
+  // The head: the events whose windows may reach into the ring, and the ring writes. When no ring
+  // row written this step can be one those events read (end − first read position ≤ R: decode
+  // steps), the writes overlap the first event's copies; else they wait for every read of the unit.
+  const std::int64_t end = r.prefix + r.new_tokens;
+  const bool writes_cannot_alias =
+      head_events == 0 || end - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
+  if (head_events == 0) {
+    write_ring<Config>(p, rows, r, thread);
+    return;
+  }
+  if (writes_cannot_alias) {
+    two_pass_event<Config>(p, rows, r, 0, group, lane, norm, staging, s_sum,
+                           [&] { write_ring<Config>(p, rows, r, thread); });
+    for (int e = 1; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum, nothing);
+  } else {
+    for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum, nothing);
     unit_sync<Config>();
     write_ring<Config>(p, rows, r, thread);
-  } else {
-    two_pass_event<Config>(p, rows, r, head_events + static_cast<int>(place.index) - 1, group, lane, shared);
   }
 }
 

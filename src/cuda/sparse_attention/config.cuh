@@ -49,9 +49,13 @@ struct Traits {
   static constexpr int kRowMax = kProb + kHeadTile * kProbPitch * 2;      // f32 [4][kHeadTile]
   static constexpr int kRowSum = kRowMax + kColumnWarps * kHeadTile * 4;  // f32 [4][kHeadTile]
   static constexpr int kSlots = kRowSum + kColumnWarps * kHeadTile * 4;   // i32 [512]: slot or −1
-  static constexpr int kLive = kSlots + kMaxSplitCandidates * 4;          // i32 [8] live blocks, count, flag
+  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;         // u32 [8][2]: valid-candidate bits per block
+  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;       // i32 [8] live blocks, count, flag
   static constexpr int kSmemBytes = kLive + (kMaxBlocksPerSplit + 4) * 4;
 
+  // The merge of a row's chunks keeps its weights [kHeadTile][chunks] in the K tile and raw stages.
+  static constexpr int kMaxChunks = (kProb - kK) / (kHeadTile * 4);
+  static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit for every tile");
   static_assert(kK % 16 == 0 && kRaw % 16 == 0 && kProb % 16 == 0 && kRowMax % 16 == 0 && kSlots % 16 == 0,
                 "16-byte aligned regions (cp.async, ldmatrix)");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");

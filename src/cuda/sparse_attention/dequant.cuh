@@ -44,4 +44,10 @@ __device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, std::uint32_t e)
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
+// Sixteen codes sharing scale byte `e` → sixteen bf16 (`lo` the first eight, `hi` the last eight).
+__device__ __forceinline__ void dequantize_e4m3x16(uint4 codes, std::uint32_t e, uint4& lo, uint4& hi) {
+  lo = dequantize_e4m3x8(make_uint2(codes.x, codes.y), e);
+  hi = dequantize_e4m3x8(make_uint2(codes.z, codes.w), e);
+}
+
 }  // namespace dsv4::cuda::sparse_attention

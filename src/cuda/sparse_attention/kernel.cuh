@@ -35,7 +35,7 @@ struct RowNormalizer {
 };
 
 __device__ __forceinline__ float chunk_weight(float chunk_max, float max_safe) {
-  return chunk_max == -INFINITY ? 0.0f : exp2f(__fsub_rn(chunk_max, max_safe));
+  return chunk_max == -INFINITY ? 0.0f : ptx::exp2_approx(__fsub_rn(chunk_max, max_safe));
 }
 
 // `stats(c)` returns chunk c's (max in base 2, Σp) as a float2; `sink2` is the sink in base 2.
@@ -51,7 +51,7 @@ __device__ __forceinline__ RowNormalizer merge_weights(int num_chunks, ChunkStat
     const float w = chunk_weight(s.x, r.max_safe);
     if (w != 0.0f) denom = __fmaf_rn(s.y, w, denom);
   }
-  denom = __fadd_rn(denom, exp2f(__fsub_rn(sink2, r.max_safe)));
+  denom = __fadd_rn(denom, ptx::exp2_approx(__fsub_rn(sink2, r.max_safe)));
   r.inv_denom = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
   r.lse = denom > 0.0f ? __fmul_rn(__fadd_rn(r.max_safe, log2f(denom)), kLn2) : -INFINITY;
   return r;
@@ -94,6 +94,35 @@ __device__ __forceinline__ int resolve_slot(const SparseAttentionParams& p, std:
   return (slot >= 0 && slot < pool_slots) ? slot : -1;
 }
 
+// Addresses of candidate `c` of the chunk (slot ≥ 0): its 576 data bytes and its 8-byte scale record.
+struct EntryAddress {
+  const std::uint8_t* data;
+  const std::uint8_t* scales;
+};
+__device__ __forceinline__ EntryAddress entry_address(const SparseAttentionParams& p, int chunk_begin, int c, int slot) {
+  const bool in_window = chunk_begin + c < p.window_width;
+  const std::uint8_t* pages = in_window ? p.window.pages : p.compressed.pages;
+  const std::int64_t page_bytes = in_window ? p.window.page_bytes : p.compressed.page_bytes;
+  const int per_page = in_window ? p.window.entries_per_page : p.compressed.entries_per_page;
+  const int page = slot / per_page, index = slot - page * per_page;
+  const std::uint8_t* page_base = pages + static_cast<std::int64_t>(page) * page_bytes;
+  return {page_base + Entry::data_offset(index), page_base + Entry::scale_offset(index, per_page)};
+}
+
+// Asks L2 for the lines of block `block` (one thread per candidate), two steps before its cp.async.
+__device__ __forceinline__ void prefetch_block(const SparseAttentionParams& p, const int* s_slots, int chunk_begin,
+                                               int block, int tid) {
+  if (tid >= kBlock) return;
+  const int c = block * kBlock + tid;
+  const int slot = s_slots[c];
+  if (slot < 0) return;
+  const EntryAddress a = entry_address(p, chunk_begin, c, slot);
+#pragma unroll
+  for (int line = 0; line < Entry::kDataBytes / 128; ++line) ptx::prefetch_l2(a.data + line * 128);
+  ptx::prefetch_l2(a.data + Entry::kDataBytes - 1);
+  ptx::prefetch_l2(a.scales);
+}
+
 // Issues the cp.async copies of block `block` (64 candidates) of the chunk into `stage`
 // ([64 × 576 data][64 × 8 scales]). Four threads per candidate, nine 16-byte pieces each.
 template <int kThreads>
@@ -106,17 +135,11 @@ __device__ __forceinline__ void gather_block(const SparseAttentionParams& p, con
     const int c = block * kBlock + e;
     const int slot = s_slots[c];
     const bool valid = slot >= 0;
-    const bool in_window = chunk_begin + c < p.window_width;
-    const std::uint8_t* pages = in_window ? p.window.pages : p.compressed.pages;
-    const std::int64_t page_bytes = in_window ? p.window.page_bytes : p.compressed.page_bytes;
-    const int per_page = in_window ? p.window.entries_per_page : p.compressed.entries_per_page;
     // Masked entries read nothing; the source address only has to be a legal pointer (q).
     const std::uint8_t* fallback = reinterpret_cast<const std::uint8_t*>(p.q);
-    const int page = valid ? slot / per_page : 0;
-    const int index = valid ? slot - page * per_page : 0;
-    const std::uint8_t* page_base = pages + static_cast<std::int64_t>(page) * page_bytes;
-    const std::uint8_t* data = valid ? page_base + Entry::data_offset(index) : fallback;
-    const std::uint8_t* scales = valid ? page_base + Entry::scale_offset(index, per_page) : fallback;
+    const EntryAddress a = valid ? entry_address(p, chunk_begin, c, slot) : EntryAddress{fallback, fallback};
+    const std::uint8_t* data = a.data;
+    const std::uint8_t* scales = a.scales;
     std::uint8_t* dst = stage + e * Entry::kDataBytes;
 #pragma unroll
     for (int k = sub; k < kPieces; k += kThreadsPerEntry) ptx::cp_async_16(dst + k * 16, data + k * 16, valid);
@@ -124,25 +147,47 @@ __device__ __forceinline__ void gather_block(const SparseAttentionParams& p, con
   }
 }
 
-// Raw stage → bf16 K tile [64][kRowPitch]: 56 chunks of 8 e4m3 codes and 8 chunks of 8 RoPE bf16
-// per candidate, one 16-byte store each. Zero-filled (masked) entries decode to zeros.
+// Raw stage → bf16 K tile [64][kRowPitch]. Each job converts 16 e4m3 codes (one scale) into two
+// 16-byte stores, or copies 8 RoPE bf16. Jobs go in groups whose loads are all issued before any
+// conversion, so the shared-memory latency is paid once per group (smaller groups at 512 threads,
+// where registers are tighter). Zero-filled (masked) entries decode to zeros.
 template <int kThreads>
 __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std::uint16_t* s_k, int tid) {
-  constexpr int kChunks = kDim / 8;                    // 64 per candidate
-  constexpr int kNopeChunks = Entry::kNopeDim / 8;      // 56
-  for (int job = tid; job < kBlock * kChunks; job += kThreads) {
-    const int e = job / kChunks, k = job % kChunks;
-    const std::uint8_t* raw = stage + e * Entry::kDataBytes;
-    std::uint16_t* dst = s_k + e * kRowPitch + k * 8;
-    uint4 v;
-    if (k < kNopeChunks) {
-      const uint2 codes = *reinterpret_cast<const uint2*>(raw + k * 8);
-      const std::uint32_t scale = stage[kRawDataBytes + e * Entry::kScaleBytes + k / (Entry::kQuantBlock / 8)];
-      v = dequantize_e4m3x8(codes, scale);
-    } else {
-      v = *reinterpret_cast<const uint4*>(raw + Entry::kNopeDim + (k - kNopeChunks) * 16);
+  constexpr int kCodeUnits = Entry::kNopeDim / 16;                 // 28 per candidate
+  constexpr int kRopeUnits = Entry::kRopeDim * 2 / 16;             // 8 per candidate
+  constexpr int kCodeJobs = kBlock * kCodeUnits, kRopeJobs = kBlock * kRopeUnits;
+  constexpr int kCodeIters = (kCodeJobs + kThreads - 1) / kThreads;
+  constexpr int kGroup = kThreads >= 256 ? 4 : 7;  // fewer registers where the O fragments are larger
+#pragma unroll
+  for (int g = 0; g < kCodeIters; g += kGroup) {
+    uint4 codes[kGroup];
+    std::uint32_t scales[kGroup];
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      const int job = tid + (g + i) * kThreads;
+      if (g + i < kCodeIters && (kCodeJobs % kThreads == 0 || job < kCodeJobs)) {
+        const int e = job / kCodeUnits, u = job % kCodeUnits;
+        codes[i] = *reinterpret_cast<const uint4*>(stage + e * Entry::kDataBytes + u * 16);
+        scales[i] = stage[kRawDataBytes + e * Entry::kScaleBytes + u / (Entry::kQuantBlock / 16)];
+      }
     }
-    *reinterpret_cast<uint4*>(dst) = v;
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      const int job = tid + (g + i) * kThreads;
+      if (g + i < kCodeIters && (kCodeJobs % kThreads == 0 || job < kCodeJobs)) {
+        const int e = job / kCodeUnits, u = job % kCodeUnits;
+        uint4 lo, hi;
+        dequantize_e4m3x16(codes[i], scales[i], lo, hi);
+        uint4* dst = reinterpret_cast<uint4*>(s_k + e * kRowPitch + u * 16);
+        dst[0] = lo;
+        dst[1] = hi;
+      }
+    }
+  }
+  for (int job = tid; job < kRopeJobs; job += kThreads) {
+    const int e = job / kRopeUnits, u = job % kRopeUnits;
+    *reinterpret_cast<uint4*>(s_k + e * kRowPitch + Entry::kNopeDim + u * 8) =
+        *reinterpret_cast<const uint4*>(stage + e * Entry::kDataBytes + Entry::kNopeDim + u * 16);
   }
 }
 
@@ -162,6 +207,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   auto* s_row_max = reinterpret_cast<float*>(smem + T::kRowMax);      // [4][kHeadTile]
   auto* s_row_sum = reinterpret_cast<float*>(smem + T::kRowSum);      // [4][kHeadTile]
   auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [512]
+  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + T::kValid); // [8][2] valid bits of each block
   auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [8] live block numbers
   int& s_num_live = s_live[kMaxBlocksPerSplit];
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
@@ -190,19 +236,23 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   for (int i = tid; i < num_blocks * kBlock; i += kThreads)
     s_slots[i] = i < chunk_count ? resolve_slot(p, row, chunk_begin + i) : -1;
   __syncthreads();
+  for (int b = warp; b < num_blocks; b += T::kWarps) {  // one warp per block: its valid-candidate bits
+    const std::uint32_t lo = __ballot_sync(0xffffffffu, s_slots[b * kBlock + lane] >= 0);
+    const std::uint32_t hi = __ballot_sync(0xffffffffu, s_slots[b * kBlock + 32 + lane] >= 0);
+    if (lane == 0) s_valid[2 * b] = lo, s_valid[2 * b + 1] = hi;
+  }
+  __syncthreads();
   if (tid == 0) {  // blocks without any valid candidate are skipped (they would change nothing)
     int live = 0;
-    for (int b = 0; b < num_blocks; ++b) {
-      bool any = false;
-      for (int e = 0; e < kBlock; ++e) any |= s_slots[b * kBlock + e] >= 0;
-      if (any) s_live[live++] = b;
-    }
+    for (int b = 0; b < num_blocks; ++b)
+      if ((s_valid[2 * b] | s_valid[2 * b + 1]) != 0) s_live[live++] = b;
     s_num_live = live;
   }
   __syncthreads();
   const int num_live = s_num_live;
   if (num_live > 0) gather_block<kThreads>(p, s_slots, chunk_begin, s_live[0], s_raw, tid);
   ptx::cp_async_commit();
+  if (num_live > 1) prefetch_block(p, s_slots, chunk_begin, s_live[1], tid);
 
   // Per thread: rows (head within tile) of its fragments and the running softmax state.
   int frag_row[kMT][2];
@@ -230,6 +280,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
     if (it + 1 < num_live)
       gather_block<kThreads>(p, s_slots, chunk_begin, s_live[it + 1], s_raw + ((it + 1) % 2) * kRawStageBytes, tid);
     ptx::cp_async_commit();
+    if (it + 2 < num_live) prefetch_block(p, s_slots, chunk_begin, s_live[it + 2], tid);
     dequantize_block<kThreads>(stage, s_k, tid);
     __syncthreads();
 
@@ -241,22 +292,27 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = 0.0f;
-    const std::uint16_t* k_rows = s_k + (col_warp * kCandidatesPerWarp + lane % 8 + (lane / 16) * 8) * kRowPitch +
-                                  ((lane / 8) % 2) * 8;
+    // Per-lane ldmatrix row addresses (32-bit shared); the loops only add immediates.
+    const std::uint32_t k_rows =
+        ptx::smem_address(s_k + (col_warp * kCandidatesPerWarp + lane % 8 + (lane / 16) * 8) * kRowPitch + ((lane / 8) % 2) * 8);
+    const std::uint32_t q_rows = ptx::smem_address(s_q + (row_warp * kMT * 16 + lane % 16) * kRowPitch + (lane / 16) * 8);
 #pragma unroll 4
     for (int kk = 0; kk < kDim / 16; ++kk) {
       std::uint32_t b[4];
-      ptx::ldmatrix_x4(b, k_rows + kk * 16);
+      ptx::ldmatrix_x4(b, k_rows + kk * 32);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         std::uint32_t a[4];
-        ptx::ldmatrix_x4(a, s_q + ((row_warp * kMT + mt) * 16 + lane % 16) * kRowPitch + kk * 16 + (lane / 16) * 8);
+        ptx::ldmatrix_x4(a, q_rows + mt * 16 * kRowPitch * 2 + kk * 32);
         ptx::mma_bf16_16816(acc_s[mt][0], a, b[0], b[1]);
         ptx::mma_bf16_16816(acc_s[mt][1], a, b[2], b[3]);
       }
     }
 
     // Scores in base 2, masked; the block maximum of each head across the 4 column warps.
+    // This warp's 16 candidates lie in one half of the block's 64 valid bits.
+    const std::uint32_t valid_bits =
+        s_valid[2 * block + col_warp * kCandidatesPerWarp / 32] >> (col_warp * kCandidatesPerWarp % 32);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -266,9 +322,9 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
         for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2 + j;
+            const int cand = nt * 8 + quad * 2 + j;  // within the warp's 16
             float& s = acc_s[mt][nt][half * 2 + j];
-            s = s_slots[block * kBlock + cand] >= 0 ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+            s = (valid_bits >> cand) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
             m = fmaxf(m, s);
           }
         }
@@ -291,13 +347,13 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
         for (int w = 1; w < kColumnWarps; ++w) block_max = fmaxf(block_max, s_row_max[w * kHeadTile + r]);
         const float new_max = fmaxf(run_max[mt][half], block_max);
         const float max_safe = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[mt][half] = exp2f(__fsub_rn(run_max[mt][half], max_safe));
+        rescale[mt][half] = ptx::exp2_approx(__fsub_rn(run_max[mt][half], max_safe));
         run_max[mt][half] = new_max;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const std::uint32_t pr = ptx::pack_bf16x2(exp2f(__fsub_rn(acc_s[mt][nt][half * 2], max_safe)),
-                                                    exp2f(__fsub_rn(acc_s[mt][nt][half * 2 + 1], max_safe)));
+          const std::uint32_t pr = ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2], max_safe)),
+                                                    ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2 + 1], max_safe)));
           const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2;
           *reinterpret_cast<std::uint32_t*>(s_prob + r * kProbPitch + cand) = pr;
           // Sum what P·V will use: the bf16-rounded probabilities.
@@ -311,6 +367,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
     }
     __syncthreads();
 
+    bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -320,27 +377,36 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
 #pragma unroll
         for (int w = 0; w < kColumnWarps; ++w) block_sum = __fadd_rn(block_sum, s_row_sum[w * kHeadTile + r]);
         run_sum[mt][half] = __fmaf_rn(run_sum[mt][half], rescale[mt][half], block_sum);
+        any_rescale |= rescale[mt][half] != 1.0f;
+      }
+    }
+    if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
 #pragma unroll
-        for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
-          acc_o[mt][nt][half * 2] = __fmul_rn(acc_o[mt][nt][half * 2], rescale[mt][half]);
-          acc_o[mt][nt][half * 2 + 1] = __fmul_rn(acc_o[mt][nt][half * 2 + 1], rescale[mt][half]);
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
+            acc_o[mt][nt][half * 2] = __fmul_rn(acc_o[mt][nt][half * 2], rescale[mt][half]);
+            acc_o[mt][nt][half * 2 + 1] = __fmul_rn(acc_o[mt][nt][half * 2 + 1], rescale[mt][half]);
+          }
         }
       }
     }
 
     // O += P·V for this warp's heads × its 128 output dims; V is the K tile read transposed.
-    const std::uint16_t* v_rows =
-        s_k + (lane % 8 + ((lane / 8) % 2) * 8) * kRowPitch + col_warp * kDimsPerWarp + (lane / 16) * 8;
+    const std::uint32_t v_rows = ptx::smem_address(
+        s_k + (lane % 8 + ((lane / 8) % 2) * 8) * kRowPitch + col_warp * kDimsPerWarp + (lane / 16) * 8);
+    const std::uint32_t p_rows = ptx::smem_address(s_prob + (row_warp * kMT * 16 + lane % 16) * kProbPitch + (lane / 16) * 8);
 #pragma unroll
     for (int kk = 0; kk < kBlock / 16; ++kk) {
       std::uint32_t a[kMT][4];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-        ptx::ldmatrix_x4(a[mt], s_prob + ((row_warp * kMT + mt) * 16 + lane % 16) * kProbPitch + kk * 16 + (lane / 16) * 8);
+      for (int mt = 0; mt < kMT; ++mt) ptx::ldmatrix_x4(a[mt], p_rows + mt * 16 * kProbPitch * 2 + kk * 32);
 #pragma unroll
       for (int np = 0; np < kDimsPerWarp / 16; ++np) {
         std::uint32_t b[4];
-        ptx::ldmatrix_x4_trans(b, v_rows + kk * 16 * kRowPitch + np * 16);
+        ptx::ldmatrix_x4_trans(b, v_rows + kk * 16 * kRowPitch * 2 + np * 32);
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           ptx::mma_bf16_16816(acc_o[mt][2 * np], a[mt], b[0], b[1]);
@@ -356,25 +422,37 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
 
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
+    float weight[kMT][2], inv_denom[kMT][2];  // the row normalizers first, then the stores
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int h = head0 + frag_row[mt][half];
+        weight[mt][half] = 0.0f, inv_denom[mt][half] = 0.0f;
+        if (h >= p.num_heads) continue;
+        const float m = run_max[mt][half], l = run_sum[mt][half];
+        const RowNormalizer n =
+            merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
+        weight[mt][half] = chunk_weight(m, n.max_safe);
+        inv_denom[mt][half] = n.inv_denom;
+        if (col_warp == 0 && quad == 0) p.lse[out_row + h] = n.lse;
+      }
+    }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int h = head0 + frag_row[mt][half];
         if (h >= p.num_heads) continue;
-        const float m = run_max[mt][half], l = run_sum[mt][half];
-        const RowNormalizer n =
-            merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
-        const float w = chunk_weight(m, n.max_safe);
         std::uint16_t* out = p.out + (out_row + h) * kDim;
 #pragma unroll
         for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
           const int d = col_warp * kDimsPerWarp + nt * 8 + quad * 2;
           *reinterpret_cast<std::uint32_t*>(out + d) =
-              finish_pair(accumulate_chunk(0.0f, acc_o[mt][nt][half * 2], w),
-                          accumulate_chunk(0.0f, acc_o[mt][nt][half * 2 + 1], w), n.inv_denom, d, rope_cos, rope_sin);
+              finish_pair(accumulate_chunk(0.0f, acc_o[mt][nt][half * 2], weight[mt][half]),
+                          accumulate_chunk(0.0f, acc_o[mt][nt][half * 2 + 1], weight[mt][half]), inv_denom[mt][half], d,
+                          rope_cos, rope_sin);
         }
-        if (col_warp == 0 && quad == 0) p.lse[out_row + h] = n.lse;
       }
     }
     return;
@@ -410,29 +488,66 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   if (!s_is_last) return;
   __threadfence();
 
+  // Per head: the merge weights of every chunk (one thread per head) into shared memory, reusing the
+  // K tile and raw stages, which no longer hold anything.
   const int tile_heads = min(kHeadTile, p.num_heads - head0);
-  for (int i = tid; i < tile_heads * (kDim / 4); i += kThreads) {
-    const int h = head0 + i / (kDim / 4), d = (i % (kDim / 4)) * 4;
+  const int num_chunks = p.num_splits;
+  float* s_weights = reinterpret_cast<float*>(smem + T::kK);  // [tile_heads][num_chunks]
+  float* s_inv = s_row_max;                                   // [tile_heads]
+  if (tid < tile_heads) {
+    const int h = head0 + tid;
     const float* stats = p.partial_stats + (chunk_base * p.num_heads + h) * 2;  // chunk c at + c·num_heads·2
     const auto chunk_stats = [&](int c) {
       return __ldcg(reinterpret_cast<const float2*>(stats + static_cast<std::int64_t>(c) * p.num_heads * 2));
     };
-    const RowNormalizer n = merge_weights(p.num_splits, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int c = 0; c < p.num_splits; ++c) {
-      const float w = chunk_weight(chunk_stats(c).x, n.max_safe);
-      if (w == 0.0f) continue;
-      const float4 o = __ldcg(reinterpret_cast<const float4*>(
-          p.partial_out + ((chunk_base + c) * p.num_heads + h) * kDim + d));
-      acc.x = accumulate_chunk(acc.x, o.x, w);
-      acc.y = accumulate_chunk(acc.y, o.y, w);
-      acc.z = accumulate_chunk(acc.z, o.z, w);
-      acc.w = accumulate_chunk(acc.w, o.w, w);
+    const RowNormalizer n = merge_weights(num_chunks, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
+    for (int c = 0; c < num_chunks; ++c) s_weights[tid * num_chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
+    s_inv[tid] = n.inv_denom;
+    p.lse[out_row + h] = n.lse;
+  }
+  __syncthreads();
+
+  // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
+  // loads issued together.
+  constexpr int kBatch = 4;
+  constexpr int kQuads = kDim / 4;  // float4 per head row
+  const int total_quads = tile_heads * kQuads;
+  for (int first = tid; first < total_quads; first += kThreads * kBatch) {
+    float4 acc[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < num_chunks; ++c) {
+      float4 o[kBatch];
+      float w[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kThreads;
+        if (i < total_quads) {
+          const int h = i / kQuads, d = (i % kQuads) * 4;
+          w[b] = s_weights[h * num_chunks + c];
+          o[b] = __ldcg(reinterpret_cast<const float4*>(
+              p.partial_out + ((chunk_base + c) * p.num_heads + head0 + h) * kDim + d));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (first + b * kThreads < total_quads) {
+          acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w[b]);
+          acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w[b]);
+          acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w[b]);
+          acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w[b]);
+        }
+      }
     }
-    std::uint16_t* out = p.out + (out_row + h) * kDim + d;
-    *reinterpret_cast<uint2*>(out) = make_uint2(finish_pair(acc.x, acc.y, n.inv_denom, d, rope_cos, rope_sin),
-                                                finish_pair(acc.z, acc.w, n.inv_denom, d + 2, rope_cos, rope_sin));
-    if (d == 0) p.lse[out_row + h] = n.lse;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = first + b * kThreads;
+      if (i >= total_quads) continue;
+      const int h = i / kQuads, d = (i % kQuads) * 4;
+      std::uint16_t* out = p.out + (out_row + head0 + h) * kDim + d;
+      *reinterpret_cast<uint2*>(out) = make_uint2(finish_pair(acc[b].x, acc[b].y, s_inv[h], d, rope_cos, rope_sin),
+                                                  finish_pair(acc[b].z, acc[b].w, s_inv[h], d + 2, rope_cos, rope_sin));
+    }
   }
   if (tid == 0) *arrivals = 0;  // every chunk has arrived: leave the counter clean for the next call
 }

@@ -43,6 +43,8 @@ struct SparseAttentionParams {
 // Largest split_candidates the kernels' shared slot table holds.
 inline constexpr int kMaxSplitCandidates = 512;
 inline constexpr int kCandidateBlock = 64;  // candidates per pipeline step; split_candidates is a multiple
+// Most chunks one row may have: the merge keeps [64 heads][chunks] weights in shared memory.
+inline constexpr int kMaxChunksPerRow = 552;
 
 // Byte offsets of the three scratch arrays inside one workspace buffer.
 struct WorkspaceLayout {

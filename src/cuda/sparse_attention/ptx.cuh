@@ -28,17 +28,18 @@ __device__ __forceinline__ void cp_async_8(void* smem_dst, const void* gmem_src,
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// Four 8×8 b16 matrices; lanes 8i..8i+7 address the rows of matrix i, register i receives it.
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem_row) {
+// Four 8×8 b16 matrices; lanes 8i..8i+7 give the shared-memory addresses of the rows of matrix i,
+// register i receives it.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem_row)));
+               : "r"(smem_row));
 }
 // The same, each matrix transposed on the way (for the MN-major operand).
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* smem_row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(smem_row)));
+               : "r"(smem_row));
 }
 
 // D(16×8, f32) += A(16×16, bf16, row) · B(16×8, bf16, col).
@@ -50,6 +51,16 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const std::uint32_
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+// 2^x (MUFU.EX2; results below 2^-126 flush to zero, which no bf16 probability here can tell apart).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Brings a global line into L2 ahead of a later cp.async.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
 // Two floats → bf16x2 (round to nearest even), `lo` in the low half.
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {

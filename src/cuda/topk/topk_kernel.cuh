@@ -1,16 +1,19 @@
 // src/cuda/topk/topk_kernel.cuh — exact top-K of each row by radix select in a thread-block cluster.
 //
 // One cluster of `cs` CTAs (1..8) per row; CTA `rank` holds entries [rank·512E, (rank+1)·512E) in
-// registers, E per thread, as order-preserving keys (topk.hpp). Warp w of a CTA owns a contiguous
-// run of 32E entries, lane l the entries run + 32j + l, so ballots visit entries in index order.
+// shared memory (E ≤ 64 per thread, up to 128 KB) as order-preserving keys (topk.hpp), loaded with
+// 16-byte reads. Warp w owns a contiguous run of 32E entries, lane l the entries run + 32j + l, so
+// ballots visit entries in index order and shared-memory reads are conflict-free.
 //
 //  1. coarse histogram: 4096 bins of the fp16-rounded score (monotone in the score and well spread
-//     for real data); each CTA pushes its non-zero bins into rank 0 (DSMEM atomics); every CTA
-//     then reads the totals and finds the bin holding the K-th largest and how many lie above it.
+//     for real data). The cluster reduces it scattered: CTA r sums slice r of the bins over all
+//     CTAs (16-byte DSMEM reads); every CTA reads the cs slice totals, finds the slice holding the
+//     K-th largest and scans that slice in its owner. No CTA serves more than its share of DSMEM
+//     requests (one SM answering the whole cluster's requests cost tens of microseconds).
 //  2. exact threshold τ = the key of the K-th largest: radix select (4 × 8 bits) over the bin's
 //     candidates. Few candidates (the common case): they are gathered into every CTA, which
-//     selects locally. Many (ties, crowded bins): the digit histograms are reduced across the
-//     cluster pass by pass. Both give the same τ.
+//     selects locally. Many (ties, crowded bins): each pass's digit histogram is summed over the
+//     cluster by every CTA. Both give the same τ.
 //  3. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions come from
 //     ballots and per-warp / per-CTA prefix counts, so a row is written in ascending entry order,
 //     deterministically, with its physical slots.
@@ -37,18 +40,20 @@ inline constexpr int kCoarseBins = 4096;      // 12 bits of the fp16 order key
 inline constexpr int kDigitBins = 256;        // 8-bit radix digits of the exact key
 inline constexpr int kDigitPasses = 4;
 inline constexpr int kGatherCapacity = 2048;  // candidates selected locally in every CTA
+inline constexpr int kMaxPerThread = 64;      // entries per thread: 8 CTAs × 512 × 64 = 262144
 
 struct Shared {
-  int coarse[kCoarseBins];                  // this CTA's coarse histogram
-  int coarse_total[kCoarseBins];            // rank 0: the cluster's
-  int digit_total[kDigitPasses][kDigitBins];  // rank 0: the cluster's digit histograms (many candidates)
-  int digit[kDigitBins];                    // this CTA's digit histogram
-  std::uint32_t gathered[kGatherCapacity];  // every CTA: the threshold bin's keys (few candidates)
-  int gathered_count;                       // rank 0: positions handed out for the gather
-  int scan[kWarps];                         // block-scan scratch
+  alignas(16) int coarse[kCoarseBins];        // this CTA's coarse histogram
+  alignas(16) int coarse_slice[kCoarseBins];  // the cluster's counts of this CTA's slice of the bins
+  alignas(16) int digit[kDigitPasses][kDigitBins];  // this CTA's digit histograms, one per pass
+  std::uint32_t gathered[kGatherCapacity];    // every CTA: the threshold bin's keys (few candidates)
+  int gathered_count;                         // rank 0: positions handed out for the gather
+  int scan[kWarps];                           // block-scan scratch
   int warp_greater[kWarps], warp_equal[kWarps];
-  int cta_greater, cta_equal;               // this CTA's counts (read by higher ranks)
-  int found_bin, found_above, found_count;  // results broadcast inside the CTA
+  int slice_total;                            // Σ coarse_slice (read by every CTA)
+  int cta_greater, cta_equal;                 // this CTA's counts (read by higher ranks)
+  int found_bin, found_above, found_count;    // results broadcast inside the CTA
+  int before_greater, before_equal;           // counts in lower-ranked CTAs
 };
 
 // Coarse bin of a key: the top 12 bits of the fp16 order key of its value (NaN, key 0: bin 0).
@@ -80,27 +85,34 @@ __device__ __forceinline__ int block_exclusive_scan(int value, int* scratch, int
   return warp_base + inclusive - value;
 }
 
-// Over `bins` counts read through `count(b)`, finds the bin b holding the `rank`-th largest
-// (1-based): Σ_{b' > b} < rank ≤ Σ_{b' ≥ b}. Each thread takes bins_per_thread bins from the top.
-// Results in s.found_bin (bin), s.found_above (count above it), s.found_count (its count).
-template <int kBins, class Count>
-__device__ __forceinline__ void find_rank_bin(Shared& s, int rank, Count count) {
-  constexpr int kPerThread = (kBins + kThreads - 1) / kThreads;
-  const int top = kBins - 1 - static_cast<int>(threadIdx.x) * kPerThread;  // this thread's highest bin
-  int c[kPerThread];
+// Over `bins` (a multiple of 4, ≤ 4096) counts, finds the bin b holding the `rank`-th largest
+// (1-based): Σ_{b' > b} < rank ≤ Σ_{b' ≥ b}. `counts4(b)` returns the counts of bins b..b+3 (b a
+// multiple of 4) as an int4. Thread t takes a run of bins from the top, so thread order is bin order
+// descending. Results in s.found_bin (bin), s.found_above (count above it), s.found_count (its count).
+template <class Counts4>
+__device__ __forceinline__ void find_rank_bin(Shared& s, int bins, int rank, Counts4 counts4) {
+  constexpr int kMaxPerThread = kCoarseBins / kThreads;  // 8
+  const int per_thread = max(4, bins / kThreads);
+  const int top = bins - per_thread * static_cast<int>(threadIdx.x);  // this thread's bins: [top − per, top)
+  int c[kMaxPerThread];
   int mine = 0;
 #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    c[j] = top - j >= 0 ? count(top - j) : 0;
-    mine += c[j];
+  for (int q = 0; q < kMaxPerThread / 4; ++q) {
+    int4 v = make_int4(0, 0, 0, 0);
+    if (4 * q < per_thread && top - 4 * (q + 1) >= 0) v = counts4(top - 4 * (q + 1));
+    c[4 * q] = v.w;  // descending: bin top − 4q − 1 first
+    c[4 * q + 1] = v.z;
+    c[4 * q + 2] = v.y;
+    c[4 * q + 3] = v.x;
+    mine += v.x + v.y + v.z + v.w;
   }
   int total;
   int above = block_exclusive_scan(mine, s.scan, total);
   if (above < rank && rank <= above + mine) {
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
+    for (int j = 0; j < kMaxPerThread; ++j) {
       if (above < rank && rank <= above + c[j]) {
-        s.found_bin = top - j;
+        s.found_bin = top - 1 - j;
         s.found_above = above;
         s.found_count = c[j];
       }
@@ -110,23 +122,23 @@ __device__ __forceinline__ void find_rank_bin(Shared& s, int rank, Count count) 
   __syncthreads();
 }
 
+__device__ __forceinline__ int4 add4(int4 a, int4 b) { return make_int4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
 // The `rank`-th largest key (1-based) among keys selected by `visit`, which calls its argument on
-// each candidate key of this thread; `reduce` turns this CTA's digit histogram (s.digit) of pass
-// `pass` into the histogram the decision reads (returns a bin → count accessor). On return,
-// `rank` is the rank of the result among the keys equal to it.
-template <class Visit, class Reduce>
-__device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visit visit, Reduce reduce) {
+// each candidate key of this thread; `counts4(pass)` returns the int4 accessor the decision of
+// pass `pass` reads, once this CTA's digit histogram s.digit[pass] is complete. On return, `rank`
+// is the rank of the result among the keys equal to it.
+template <class Visit, class Counts4>
+__device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visit visit, Counts4 counts4) {
   std::uint32_t prefix = 0, mask = 0;
   for (int pass = 0; pass < kDigitPasses; ++pass) {
     const int shift = 8 * (kDigitPasses - 1 - pass);
-    for (int i = threadIdx.x; i < kDigitBins; i += kThreads) s.digit[i] = 0;
-    __syncthreads();
+    int* digit = s.digit[pass];
     visit([&](std::uint32_t key) {
-      if ((key & mask) == prefix) atomicAdd(&s.digit[(key >> shift) & 0xff], 1);
+      if ((key & mask) == prefix) atomicAdd(&digit[(key >> shift) & 0xff], 1);
     });
     __syncthreads();
-    const auto count = reduce(pass);
-    find_rank_bin<kDigitBins>(s, rank, count);
+    find_rank_bin(s, kDigitBins, rank, counts4(pass));
     rank -= s.found_above;
     prefix |= static_cast<std::uint32_t>(s.found_bin) << shift;
     mask |= 0xffu << shift;
@@ -163,9 +175,12 @@ struct RowOutput {
   }
 };
 
-// grid: num_rows · cs CTAs in clusters of cs (launch attribute); kPerThread = E.
-template <int kPerThread>
-__global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
+// Bytes of dynamic shared memory for `per_thread` entries per thread (the CTA's keys).
+constexpr std::size_t key_bytes(int per_thread) { return static_cast<std::size_t>(kThreads) * per_thread * 4; }
+
+// grid: num_rows · cs CTAs in clusters of cs (launch attribute); dynamic shared memory key_bytes(E).
+__global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, const int per_thread) {
+  extern __shared__ std::uint32_t s_keys[];  // [kThreads · per_thread]: this CTA's keys in entry order
   __shared__ Shared s;
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = static_cast<int>(cluster.num_blocks());
@@ -177,62 +192,96 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
 
   if (visible <= k) {  // every entry, then −1 (the same branch in every CTA of the cluster)
     const RowOutput out(p, row);
-    for (int i = rank * kThreads + threadIdx.x; i < k; i += cs * kThreads) {
-      out.write(i, i < visible ? i : -1);
-    }
+    for (int i = rank * kThreads + threadIdx.x; i < k; i += cs * kThreads) out.write(i, i < visible ? i : -1);
     return;
   }
 
-  // ---- load: this thread's keys; entries ≥ visible are not candidates ----
-  const int run = rank * kThreads * kPerThread + warp * 32 * kPerThread;  // first entry of the warp
-  const int valid_span = visible - run - lane;  // entry run + 32j + lane is valid iff 32j < valid_span
-  const float* scores = p.scores + row * p.num_cols;
-  std::uint32_t key[kPerThread];
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) key[j] = 32 * j < valid_span ? topk_order_key(__ldg(scores + run + 32 * j + lane)) : 0u;
+  // ---- load this CTA's entries [base, base + here) as keys ----
+  const int slice_len = kThreads * per_thread;
+  const int base = rank * slice_len;
+  const int here = min(max(visible - base, 0), slice_len);
+  const float* scores = p.scores + row * p.num_cols + base;
+  int vector_end = 0;  // entries loaded 4 at a time (16-byte aligned rows only)
+  if (p.num_cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0) {
+    vector_end = here / 4 * 4;
+#pragma unroll 16
+    for (int i = 4 * static_cast<int>(threadIdx.x); i < vector_end; i += 4 * kThreads) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(scores + i));
+      *reinterpret_cast<uint4*>(s_keys + i) =
+          make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
+    }
+  }
+  for (int i = vector_end + threadIdx.x; i < here; i += kThreads) s_keys[i] = topk_order_key(__ldg(scores + i));
+
+  const int run = warp * 32 * per_thread;       // first entry of this warp's run (CTA-relative)
+  const int valid_span = here - run - lane;     // entry run + 32j + lane is valid iff 32j < valid_span
   const auto valid = [&](int j) { return 32 * j < valid_span; };
+  const auto key_of = [&](int j) { return s_keys[run + 32 * j + lane]; };
 
-  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads) s.coarse[i] = s.coarse_total[i] = 0;
-  for (int i = threadIdx.x; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit_total[0][0])[i] = 0;
+  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
+  for (int i = threadIdx.x; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
   if (threadIdx.x == 0) s.gathered_count = 0;
-  cluster.sync();  // every CTA runs and has cleared what the others will add into
+  cluster.sync();  // every CTA runs, has its keys and has cleared what the others will add into
 
-  // ---- 1. coarse histogram, reduced into rank 0 ----
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j)
-    if (valid(j)) atomicAdd(&s.coarse[coarse_bin(key[j])], 1);
-  __syncthreads();
-  int* coarse_total = cluster.map_shared_rank(s.coarse_total, 0);
-  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads)
-    if (s.coarse[i]) atomicAdd(coarse_total + i, s.coarse[i]);
+  // ---- 1. coarse histogram: local, then summed slice by slice over the cluster ----
+  for (int j = 0; j < per_thread && valid(j); ++j) atomicAdd(&s.coarse[coarse_bin(key_of(j))], 1);
   cluster.sync();
-  find_rank_bin<kCoarseBins>(s, k, [&](int b) { return coarse_total[b]; });
-  const int bin = s.found_bin;
-  const int bin_count = s.found_count;
-  int remaining = k - s.found_above;  // how many to take from the bin, 1..bin_count
+  const int slice = kCoarseBins / cs;  // this CTA owns bins [rank·slice, (rank+1)·slice)
+  int slice_sum = 0;
+  for (int i = 4 * static_cast<int>(threadIdx.x); i < slice; i += 4 * kThreads) {
+    int4 sum = make_int4(0, 0, 0, 0);
+    for (int r = 0; r < cs; ++r)
+      sum = add4(sum, *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.coarse, r) + rank * slice + i));
+    *reinterpret_cast<int4*>(s.coarse_slice + i) = sum;
+    slice_sum += sum.x + sum.y + sum.z + sum.w;
+  }
+  int total;
+  block_exclusive_scan(slice_sum, s.scan, total);
+  if (threadIdx.x == 0) s.slice_total = total;
+  cluster.sync();
+  // The slice holding the K-th largest (slices descend from rank cs − 1) and the count above it:
+  // warp 0 reads the cs totals.
+  if (warp == 0) {
+    const int r = cs - 1 - lane;  // lane 0 takes the highest slice
+    const int t = lane < cs ? *cluster.map_shared_rank(&s.slice_total, r) : 0;
+    int inclusive = t;
+    for (int d = 1; d < 32; d *= 2) {
+      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
+      if (lane >= d) inclusive += up;
+    }
+    if (lane < cs && inclusive - t < k && k <= inclusive) {
+      s.found_bin = r;  // the owner rank, for now
+      s.found_above = inclusive - t;
+    }
+  }
   __syncthreads();
-  std::uint64_t candidates = 0;  // bit j: key[j] lies in the threshold bin
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j)
-    if (valid(j) && coarse_bin(key[j]) == bin) candidates |= 1ull << j;
+  const int owner = s.found_bin;
+  const int slice_above = s.found_above;
+  __syncthreads();
+  const int* owner_slice = cluster.map_shared_rank(s.coarse_slice, owner);
+  find_rank_bin(s, slice, k - slice_above, [&](int b) { return *reinterpret_cast<const int4*>(owner_slice + b); });
+  const int bin = owner * slice + s.found_bin;
+  const int bin_count = s.found_count;
+  int remaining = k - slice_above - s.found_above;  // how many to take from the bin, 1..bin_count
+  __syncthreads();
+  std::uint64_t candidates = 0;  // bit j: entry j of this thread lies in the threshold bin
+  for (int j = 0; j < per_thread && valid(j); ++j)
+    if (coarse_bin(key_of(j)) == bin) candidates |= 1ull << j;
   const auto candidate = [&](int j) { return ((candidates >> j) & 1) != 0; };
 
   // ---- 2. the exact threshold key ----
   std::uint32_t threshold;
   if (bin_count <= kGatherCapacity) {
     int* counter = cluster.map_shared_rank(&s.gathered_count, 0);
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
+    for (int j = 0; j < per_thread; ++j) {
       const bool mine = candidate(j);
       const unsigned ballot = __ballot_sync(0xffffffffu, mine);
       if (ballot == 0) continue;
-      int base = 0;
-      if (lane == 0) base = atomicAdd(counter, __popc(ballot));
-      base = __shfl_sync(0xffffffffu, base, 0);
-      if (mine) {
-        const int position = base + __popc(ballot & ((1u << lane) - 1));
-        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = key[j];
-      }
+      int position = 0;
+      if (lane == 0) position = atomicAdd(counter, __popc(ballot));
+      position = __shfl_sync(0xffffffffu, position, 0) + __popc(ballot & ((1u << lane) - 1));
+      if (mine)
+        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = key_of(j);
     }
     cluster.sync();
     threshold = radix_select(
@@ -240,31 +289,35 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
         [&](auto&& f) {
           for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i]);
         },
-        [&](int) { return [&](int b) { return s.digit[b]; }; });
+        [&](int pass) {
+          const int* digit = s.digit[pass];
+          return [digit](int b) { return *reinterpret_cast<const int4*>(digit + b); };
+        });
   } else {
     threshold = radix_select(
         s, remaining,
         [&](auto&& f) {
-#pragma unroll
-          for (int j = 0; j < kPerThread; ++j)
-            if (candidate(j)) f(key[j]);
+          for (int j = 0; j < per_thread; ++j)
+            if (candidate(j)) f(key_of(j));
         },
         [&](int pass) {
-          int* total = cluster.map_shared_rank(s.digit_total[pass], 0);
-          for (int i = threadIdx.x; i < kDigitBins; i += kThreads)
-            if (s.digit[i]) atomicAdd(total + i, s.digit[i]);
-          cluster.sync();
-          return [total](int b) { return total[b]; };
+          cluster.sync();  // every CTA's histogram of this pass is complete
+          return [&, pass](int b) {  // pass by value: the accessor outlives this call
+            int4 sum = make_int4(0, 0, 0, 0);
+            for (int r = 0; r < cs; ++r)
+              sum = add4(sum, *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.digit[pass], r) + b));
+            return sum;
+          };
         });
   }
   const int ties = remaining;  // keys equal to the threshold to take, in entry order
 
   // ---- 3. counts before each warp and CTA, then the ordered output ----
   int greater = 0, equal = 0;
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    greater += __popc(__ballot_sync(0xffffffffu, valid(j) && key[j] > threshold));
-    equal += __popc(__ballot_sync(0xffffffffu, valid(j) && key[j] == threshold));
+  for (int j = 0; j < per_thread; ++j) {
+    const std::uint32_t key = valid(j) ? key_of(j) : 0u;
+    greater += __popc(__ballot_sync(0xffffffffu, valid(j) && key > threshold));
+    equal += __popc(__ballot_sync(0xffffffffu, valid(j) && key == threshold));
   }
   if (lane == 0) {
     s.warp_greater[warp] = greater;
@@ -285,11 +338,18 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     s.cta_equal = cta_equal;
   }
   cluster.sync();
-  int greater_before = 0, equal_before = 0;  // in lower-ranked CTAs
-  for (int r = 0; r < rank; ++r) {
-    greater_before += *cluster.map_shared_rank(&s.cta_greater, r);
-    equal_before += *cluster.map_shared_rank(&s.cta_equal, r);
+  if (warp == 0) {  // counts in lower-ranked CTAs: lane r reads rank r
+    const int greater_r = lane < rank ? *cluster.map_shared_rank(&s.cta_greater, lane) : 0;
+    const int equal_r = lane < rank ? *cluster.map_shared_rank(&s.cta_equal, lane) : 0;
+    const int greater_sum = __reduce_add_sync(0xffffffffu, greater_r);
+    const int equal_sum = __reduce_add_sync(0xffffffffu, equal_r);
+    if (lane == 0) {
+      s.before_greater = greater_sum;
+      s.before_equal = equal_sum;
+    }
   }
+  __syncthreads();
+  const int greater_before = s.before_greater, equal_before = s.before_equal;
   // No CTA reads another's shared memory after this point; the wait below keeps each one alive
   // until all have arrived.
   auto arrival = cluster.barrier_arrive();
@@ -297,19 +357,16 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   const RowOutput out(p, row);
   const int ties_here = min(max(ties - equal_before, 0), cta_equal);  // taken from this CTA
   int position = greater_before + min(equal_before, ties) + warp_greater_before + min(warp_equal_before, ties_here);
-  int equal_seen = warp_equal_before;  // ties in this CTA before the current element
+  int equal_seen = warp_equal_before;  // ties in this CTA before the current entry
   const unsigned below = (1u << lane) - 1;
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const bool is_greater = valid(j) && key[j] > threshold;
-    const bool is_equal = valid(j) && key[j] == threshold;
+  for (int j = 0; j < per_thread && 32 * j < here - run; ++j) {  // warp-uniform bound
+    const std::uint32_t key = valid(j) ? key_of(j) : 0u;
+    const bool is_greater = valid(j) && key > threshold;
+    const bool is_equal = valid(j) && key == threshold;
     const unsigned equal_ballot = __ballot_sync(0xffffffffu, is_equal);
     const bool take = is_greater || (is_equal && equal_seen + __popc(equal_ballot & below) < ties_here);
     const unsigned take_ballot = __ballot_sync(0xffffffffu, take);
-    if (take) {
-      const int entry = run + 32 * j + lane;
-      out.write(position + __popc(take_ballot & below), entry);
-    }
+    if (take) out.write(position + __popc(take_ballot & below), base + run + 32 * j + lane);
     position += __popc(take_ballot);
     equal_seen += __popc(equal_ballot);
   }
