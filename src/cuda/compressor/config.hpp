@@ -44,17 +44,17 @@ struct StagingConfig {
 
 constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
 
-// Two-pass (softmax over the stored rows of the window).
-//   short windows (C4: 8 candidates): one batch of 8 per event, ape from L1; 32 KB of staging per
-//     128 threads, 6 blocks per SM (≤ 80 registers): 6 events, 192 KB in flight per SM.
-//   long windows (C128): the rows split over 2 (c = 512) or 4 (c = 128) groups; batches of 4 in
-//     two stages with ape staged; 96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM).
+// Two-pass (softmax over the stored rows of the window). Batches of 4 candidates in two stages:
+//   short windows (C4: 8 candidates = both stages, copied together): ape from L1 (16 KB for C4);
+//     32 KB of staging per 128 threads, 4 blocks per SM (≤ 128 registers; 5 would spill);
+//   long windows (C128): the rows split over 2 (c = 512) or 4 (c = 128) groups, ape staged;
+//     96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM).
 template <int kWidth, bool kLongWindow>
 struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
-                       StagingConfig<kLongWindow ? 4 : 8, kLongWindow ? 2 : 1, kLongWindow,
+                       StagingConfig<4, 2, kLongWindow,
                                      UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads> {
   using Unit = UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>;
-  static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 6;
+  static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 4;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two
