@@ -30,6 +30,7 @@ inline constexpr int kExponentTables = 32;
 // Key columns per CTA: 2 to 16 CTA steps (a long prefill still balances; a short one fills the GPU).
 inline constexpr int kMinKeyChunk = 2 * kKeysPerCtaStep;
 inline constexpr int kMaxKeyChunk = 16 * kKeysPerCtaStep;
+inline constexpr int kMinEntriesPerPage = 4;   // the kernels need a power of two ≥ 4 (16-byte aligned entries)
 
 static_assert(kDim == kChunkBytes * kChunksPerHead && kChunksPerHead == 8, "a head row is one 128-byte swizzle row");
 static_assert(kKeysPerStep == 64, "wgmma M is 64");

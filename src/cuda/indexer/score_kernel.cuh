@@ -85,24 +85,29 @@ struct KeyRows {
   uint4 lo_g, hi_g, lo_g8, hi_g8;
 };
 
-// The pool page holding entry s of a request, or −1 when the table points outside the pool.
-__device__ __forceinline__ std::int64_t page_of(const IndexerScoreParams& p, const std::int32_t* page_row, int s) {
-  const int page_index = s >> p.entries_per_page_log2;
-  const std::int64_t page = page_index < p.max_pages ? page_row[page_index] : -1;
-  return page >= 0 && page < p.num_pages ? page : -1;
-}
+// The pages of a CTA's key chunk, looked up once per request segment (a key load then waits on one
+// memory round trip, not two): pages[i] is the pool page of the request's page first_page + i, or
+// −1 when the table points outside the pool.
+struct ChunkPages {
+  const std::int32_t* pages;  // shared memory
+  int first_page;
+
+  __device__ std::int64_t of(const IndexerScoreParams& p, int s) const {
+    return pages[(s >> p.entries_per_page_log2) - first_page];
+  }
+};
 
 // Loads (for FP4 also widens) a lane's share of key row s (zeros past the visible range or for a
 // page outside the pool). FP4 also returns the key's scale in `scale` (NaN for a page outside the
 // pool; FP8: see fp8_key_scale).
 template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void load_key_row(const IndexerScoreParams& p, const std::int32_t* page_row, int s,
+__device__ __forceinline__ void load_key_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
                                              int visible_end, int quad, const uint2* tables, uint4& lo, uint4& hi,
                                              float& scale) {
   lo = hi = make_uint4(0, 0, 0, 0);
   scale = 0.0f;
   if (s >= visible_end) return;
-  const std::int64_t page = page_of(p, page_row, s);
+  const std::int64_t page = pages.of(p, s);
   if (page < 0) {
     scale = __int_as_float(0x7fc00000);
     return;
@@ -129,10 +134,10 @@ __device__ __forceinline__ void load_key_row(const IndexerScoreParams& p, const 
 
 // The float32 scale of FP8 key s: 0 past the visible range, NaN for a page outside the pool (the
 // score then shows the broken page table).
-__device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, const std::int32_t* page_row, int s,
+__device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, const ChunkPages& pages, int s,
                                                int visible_end) {
   if (s >= visible_end) return 0.0f;
-  const std::int64_t page = page_of(p, page_row, s);
+  const std::int64_t page = pages.of(p, s);
   if (page < 0) return __int_as_float(0x7fc00000);
   const int entry = s & (p.entries_per_page - 1);
   return __uint_as_float(ptx::load_stream_u32(p.pages + page * p.page_bytes +
@@ -224,15 +229,15 @@ __device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_
 
 // A lane's key rows of the step at k0 and their scales.
 template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void load_step(const IndexerScoreParams& p, const std::int32_t* page_row, int k0,
+__device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
                                           int visible_end, int g, int quad, const uint2* tables, KeyRows& keys,
                                           float& scale_lo, float& scale_hi) {
   const int s = k0 + g;
-  load_key_row<kFormat>(p, page_row, s, visible_end, quad, tables, keys.lo_g, keys.hi_g, scale_lo);
-  load_key_row<kFormat>(p, page_row, s + 8, visible_end, quad, tables, keys.lo_g8, keys.hi_g8, scale_hi);
+  load_key_row<kFormat>(p, pages, s, visible_end, quad, tables, keys.lo_g, keys.hi_g, scale_lo);
+  load_key_row<kFormat>(p, pages, s + 8, visible_end, quad, tables, keys.lo_g8, keys.hi_g8, scale_hi);
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    scale_lo = fp8_key_scale(p, page_row, s, visible_end);
-    scale_hi = fp8_key_scale(p, page_row, s + 8, visible_end);
+    scale_lo = fp8_key_scale(p, pages, s, visible_end);
+    scale_hi = fp8_key_scale(p, pages, s + 8, visible_end);
   }
 }
 
@@ -246,6 +251,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   uint2* s_tables = reinterpret_cast<uint2*>(s_w + kRowsPerTile * p.heads);    // [kExponentTables]
   __shared__ int s_visible[kRowsPerTile];
   __shared__ int s_request[kRowsPerTile];
+  __shared__ std::int32_t s_pages[kMaxKeyChunk / kMinEntriesPerPage + 1];  // the chunk's pages, per segment
 
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerTile;
   const int rows = static_cast<int>(min(static_cast<std::int64_t>(kRowsPerTile), p.num_rows - row0));
@@ -274,13 +280,23 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     while (r_end < rows && s_request[r_end] == request) visible_end = max(visible_end, s_visible[r_end++]);
     const std::int32_t* page_row = p.page_table + static_cast<std::int64_t>(request) * p.max_pages;
     const int key_end = min(visible_end, col_end);  // keys this CTA loads for the segment
+    const ChunkPages pages{s_pages, col0 >> p.entries_per_page_log2};
+    __syncthreads();  // the previous segment is done with s_pages
+    if (key_end > col0) {
+      const int last_page = (key_end - 1) >> p.entries_per_page_log2;
+      for (int i = pages.first_page + threadIdx.x; i <= last_page; i += kThreads) {
+        const std::int64_t page = i < p.max_pages ? page_row[i] : -1;
+        s_pages[i - pages.first_page] = page >= 0 && page < p.num_pages ? static_cast<std::int32_t>(page) : -1;
+      }
+    }
+    __syncthreads();
 
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
     const int first = col0 + warpgroup * kKeysPerStep;
     const int lane_key = 16 * warp + g;
     KeyRows keys;
     float scale_lo, scale_hi;
-    load_step<kFormat>(p, page_row, first + 16 * warp, key_end, g, quad, s_tables, keys, scale_lo, scale_hi);
+    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, s_tables, keys, scale_lo, scale_hi);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
       if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
         for (int r = r_begin; r < r_end; ++r) {
@@ -293,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       // Prefetch the next step while this one computes.
       KeyRows next;
       float next_lo, next_hi;
-      load_step<kFormat>(p, page_row, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, s_tables, next, next_lo,
+      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, s_tables, next, next_lo,
                          next_hi);
       for (int r = r_begin; r < r_end; ++r) {
         float sum_lo, sum_hi;
