@@ -61,22 +61,24 @@ __device__ __forceinline__ float accumulate_chunk(float acc, float chunk_out, fl
   return weight != 0.0f ? __fmaf_rn(chunk_out, weight, acc) : acc;
 }
 
-// Output dims (d, d+1), d even: normalize, round to bf16, and for d ≥ 448 with tables apply the
-// inverse RoPE rotation (a, b) → (a·cos + b·sin, b·cos − a·sin) and round again. Returns bf16x2.
-__device__ __forceinline__ std::uint32_t finish_pair(float acc0, float acc1, float inv_denom, int d,
-                                                     const float* rope_cos, const float* rope_sin /*[32] or null*/) {
+// Output dims (d, d+1), d even: normalize and round to bf16; when `rotate` (a RoPE pair, d ≥ 448,
+// with tables) apply the inverse rotation (a, b) → (a·cos + b·sin, b·cos − a·sin) and round again.
+// Returns bf16x2.
+__device__ __forceinline__ std::uint32_t finish_pair(float acc0, float acc1, float inv_denom, bool rotate, float cos_v,
+                                                     float sin_v) {
   float a = __bfloat162float(__float2bfloat16_rn(__fmul_rn(acc0, inv_denom)));
   float b = __bfloat162float(__float2bfloat16_rn(__fmul_rn(acc1, inv_denom)));
-  if (rope_cos != nullptr && d >= Entry::kNopeDim) {
-    const int pair = (d - Entry::kNopeDim) / 2;
-    const float c = rope_cos[pair], s = rope_sin[pair];
-    const float ra = __fmaf_rn(a, c, __fmul_rn(b, s));
-    const float rb = __fmaf_rn(b, c, -__fmul_rn(a, s));
+  if (rotate) {
+    const float ra = __fmaf_rn(a, cos_v, __fmul_rn(b, sin_v));
+    const float rb = __fmaf_rn(b, cos_v, -__fmul_rn(a, sin_v));
     a = ra;
     b = rb;
   }
   return ptx::pack_bf16x2(a, b);
 }
+
+// RoPE pair of output dim d (even, ≥ 448).
+__device__ __forceinline__ int rope_pair(int d) { return (d - Entry::kNopeDim) / 2; }
 
 // ---- pieces of the main loop ----------------------------------------------------------------
 
@@ -157,7 +159,7 @@ __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std:
   constexpr int kRopeUnits = Entry::kRopeDim * 2 / 16;             // 8 per candidate
   constexpr int kCodeJobs = kBlock * kCodeUnits, kRopeJobs = kBlock * kRopeUnits;
   constexpr int kCodeIters = (kCodeJobs + kThreads - 1) / kThreads;
-  constexpr int kGroup = kThreads >= 256 ? 4 : 7;  // fewer registers where the O fragments are larger
+  constexpr int kGroup = 7;  // jobs whose loads are issued together
 #pragma unroll
   for (int g = 0; g < kCodeIters; g += kGroup) {
     uint4 codes[kGroup];
@@ -188,6 +190,86 @@ __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std:
     const int e = job / kRopeUnits, u = job % kRopeUnits;
     *reinterpret_cast<uint4*>(s_k + e * kRowPitch + Entry::kNopeDim + u * 8) =
         *reinterpret_cast<const uint4*>(stage + e * Entry::kDataBytes + Entry::kNopeDim + u * 16);
+  }
+}
+
+// The last chunk of a row to arrive merges every chunk's (O, max, sum) in chunk order and writes the
+// row's output and lse. Kept out of line: it runs once per row and tile, after the O fragments are
+// dead, and its registers should not weigh on the main loop's allocation.
+template <int kHeadTile>
+__device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::int64_t row, int head0,
+                                          std::uint8_t* smem) {
+  using T = Traits<kHeadTile>;
+  constexpr int kThreads = T::kThreads;
+  const int tid = threadIdx.x;
+  const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
+  const std::int64_t out_row = row * p.num_heads;
+  const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
+  const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
+  // Per head: the merge weights of every chunk (one thread per head) into shared memory, reusing the
+  // K tile and raw stages, which no longer hold anything.
+  const int tile_heads = min(kHeadTile, p.num_heads - head0);
+  const int num_chunks = p.num_splits;
+  float* s_weights = reinterpret_cast<float*>(smem + T::kK);  // [tile_heads][num_chunks]
+  float* s_inv = reinterpret_cast<float*>(smem + T::kRowMax);  // [tile_heads]
+  if (tid < tile_heads) {
+    const int h = head0 + tid;
+    const float* stats = p.partial_stats + (chunk_base * p.num_heads + h) * 2;  // chunk c at + c·num_heads·2
+    const auto chunk_stats = [&](int c) {
+      return __ldcg(reinterpret_cast<const float2*>(stats + static_cast<std::int64_t>(c) * p.num_heads * 2));
+    };
+    const RowNormalizer n = merge_weights(num_chunks, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
+    for (int c = 0; c < num_chunks; ++c) s_weights[tid * num_chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
+    s_inv[tid] = n.inv_denom;
+    p.lse[out_row + h] = n.lse;
+  }
+  __syncthreads();
+
+  // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
+  // loads issued together.
+  constexpr int kBatch = 4;
+  constexpr int kQuads = kDim / 4;  // float4 per head row
+  const int total_quads = tile_heads * kQuads;
+  for (int first = tid; first < total_quads; first += kThreads * kBatch) {
+    float4 acc[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 0; c < num_chunks; ++c) {
+      float4 o[kBatch];
+      float w[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kThreads;
+        if (i < total_quads) {
+          const int h = i / kQuads, d = (i % kQuads) * 4;
+          w[b] = s_weights[h * num_chunks + c];
+          o[b] = __ldcg(reinterpret_cast<const float4*>(
+              p.partial_out + ((chunk_base + c) * p.num_heads + head0 + h) * kDim + d));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (first + b * kThreads < total_quads) {
+          acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w[b]);
+          acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w[b]);
+          acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w[b]);
+          acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w[b]);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = first + b * kThreads;
+      if (i >= total_quads) continue;
+      const int h = i / kQuads, d = (i % kQuads) * 4;
+      std::uint16_t* out = p.out + (out_row + head0 + h) * kDim + d;
+      const bool rotate = rope_cos != nullptr && d >= Entry::kNopeDim;
+      const int pair = rotate ? rope_pair(d) : 0;
+      *reinterpret_cast<uint2*>(out) = make_uint2(
+          finish_pair(acc[b].x, acc[b].y, s_inv[h], rotate, rotate ? rope_cos[pair] : 1.0f, rotate ? rope_sin[pair] : 0.0f),
+          finish_pair(acc[b].z, acc[b].w, s_inv[h], rotate, rotate ? rope_cos[pair + 1] : 1.0f,
+                      rotate ? rope_sin[pair + 1] : 0.0f));
+    }
   }
 }
 
@@ -398,7 +480,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
     const std::uint32_t v_rows = ptx::smem_address(
         s_k + (lane % 8 + ((lane / 8) % 2) * 8) * kRowPitch + col_warp * kDimsPerWarp + (lane / 16) * 8);
     const std::uint32_t p_rows = ptx::smem_address(s_prob + (row_warp * kMT * 16 + lane % 16) * kProbPitch + (lane / 16) * 8);
-#pragma unroll
+#pragma unroll 1  // unrolling this too would hoist 32 transposed loads and spill
     for (int kk = 0; kk < kBlock / 16; ++kk) {
       std::uint32_t a[kMT][4];
 #pragma unroll
@@ -438,6 +520,17 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
         if (col_warp == 0 && quad == 0) p.lse[out_row + h] = n.lse;
       }
     }
+    // The RoPE dims 448..511 are the last warp column's n-tiles 8..15: this thread's 8 pairs.
+    constexpr int kRopeTiles = Entry::kRopeDim / 8;
+    constexpr int kFirstRopeTile = kDimsPerWarp / 8 - kRopeTiles;
+    const bool rotate = rope_cos != nullptr && col_warp == kColumnWarps - 1;
+    float cos_v[kRopeTiles], sin_v[kRopeTiles];
+#pragma unroll
+    for (int t = 0; t < kRopeTiles; ++t) {
+      const int pair = rope_pair((kColumnWarps - 1) * kDimsPerWarp + (kFirstRopeTile + t) * 8 + quad * 2);
+      cos_v[t] = rotate ? rope_cos[pair] : 1.0f;
+      sin_v[t] = rotate ? rope_sin[pair] : 0.0f;
+    }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -448,10 +541,11 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
 #pragma unroll
         for (int nt = 0; nt < kDimsPerWarp / 8; ++nt) {
           const int d = col_warp * kDimsPerWarp + nt * 8 + quad * 2;
+          const int t = nt >= kFirstRopeTile ? nt - kFirstRopeTile : 0;
           *reinterpret_cast<std::uint32_t*>(out + d) =
               finish_pair(accumulate_chunk(0.0f, acc_o[mt][nt][half * 2], weight[mt][half]),
-                          accumulate_chunk(0.0f, acc_o[mt][nt][half * 2 + 1], weight[mt][half]), inv_denom[mt][half], d,
-                          rope_cos, rope_sin);
+                          accumulate_chunk(0.0f, acc_o[mt][nt][half * 2 + 1], weight[mt][half]), inv_denom[mt][half],
+                          rotate && nt >= kFirstRopeTile, cos_v[t], sin_v[t]);
         }
       }
     }
@@ -488,67 +582,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   if (!s_is_last) return;
   __threadfence();
 
-  // Per head: the merge weights of every chunk (one thread per head) into shared memory, reusing the
-  // K tile and raw stages, which no longer hold anything.
-  const int tile_heads = min(kHeadTile, p.num_heads - head0);
-  const int num_chunks = p.num_splits;
-  float* s_weights = reinterpret_cast<float*>(smem + T::kK);  // [tile_heads][num_chunks]
-  float* s_inv = s_row_max;                                   // [tile_heads]
-  if (tid < tile_heads) {
-    const int h = head0 + tid;
-    const float* stats = p.partial_stats + (chunk_base * p.num_heads + h) * 2;  // chunk c at + c·num_heads·2
-    const auto chunk_stats = [&](int c) {
-      return __ldcg(reinterpret_cast<const float2*>(stats + static_cast<std::int64_t>(c) * p.num_heads * 2));
-    };
-    const RowNormalizer n = merge_weights(num_chunks, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
-    for (int c = 0; c < num_chunks; ++c) s_weights[tid * num_chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
-    s_inv[tid] = n.inv_denom;
-    p.lse[out_row + h] = n.lse;
-  }
-  __syncthreads();
-
-  // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
-  // loads issued together.
-  constexpr int kBatch = 4;
-  constexpr int kQuads = kDim / 4;  // float4 per head row
-  const int total_quads = tile_heads * kQuads;
-  for (int first = tid; first < total_quads; first += kThreads * kBatch) {
-    float4 acc[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int c = 0; c < num_chunks; ++c) {
-      float4 o[kBatch];
-      float w[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int i = first + b * kThreads;
-        if (i < total_quads) {
-          const int h = i / kQuads, d = (i % kQuads) * 4;
-          w[b] = s_weights[h * num_chunks + c];
-          o[b] = __ldcg(reinterpret_cast<const float4*>(
-              p.partial_out + ((chunk_base + c) * p.num_heads + head0 + h) * kDim + d));
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (first + b * kThreads < total_quads) {
-          acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w[b]);
-          acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w[b]);
-          acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w[b]);
-          acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w[b]);
-        }
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = first + b * kThreads;
-      if (i >= total_quads) continue;
-      const int h = i / kQuads, d = (i % kQuads) * 4;
-      std::uint16_t* out = p.out + (out_row + head0 + h) * kDim + d;
-      *reinterpret_cast<uint2*>(out) = make_uint2(finish_pair(acc[b].x, acc[b].y, s_inv[h], d, rope_cos, rope_sin),
-                                                  finish_pair(acc[b].z, acc[b].w, s_inv[h], d + 2, rope_cos, rope_sin));
-    }
-  }
+  merge_chunks<kHeadTile>(p, row, head0, smem);
   if (tid == 0) *arrivals = 0;  // every chunk has arrived: leave the counter clean for the next call
 }
 
