@@ -86,6 +86,7 @@ struct CacheDiff {
 enum class Grid { E4m3, Bf16, E2m1 };
 double grid_step(Grid grid, double a, double scale) {
   if (grid == Grid::Bf16) return a > 0 ? std::ldexp(1.0, std::ilogb(a) - 7) : 0.0;
+  if (!(scale > 0)) return 0.0;  // an unwritten (all-zero) FP8 indexer entry has scale 0
   const double q = a / scale;
   if (grid == Grid::E2m1) return (q < 2 ? 0.5 : q < 4 ? 1.0 : 2.0) * scale;
   return (q < 0.015625 ? std::ldexp(1.0, -9) : std::ldexp(1.0, std::ilogb(q) - 3)) * scale;
