@@ -150,6 +150,21 @@ TEST(TopkGpuTies, CrowdedBinsAndSpecialValues) {
   expect_same_selection(c);
 }
 
+// About a thousand candidates share the threshold's coarse bin: the local radix-select path (more
+// than the 512 ranked by counting, fewer than the 2048 gathered).
+TEST(TopkGpuTies, MediumCrowdedBin) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t rows = 3, cols = 50000;
+  TopkCase c = make_case(rng, rows, cols, 300, std::vector<std::int32_t>(rows, static_cast<std::int32_t>(cols)), 1);
+  std::uniform_int_distribution<std::int64_t> where(0, cols - 1);
+  for (std::int64_t t = 0; t < rows; ++t) {
+    float* row = c.scores.data() + t * cols;
+    for (std::int64_t s = 0; s < cols; ++s) row[s] = std::fmin(row[s], 0.5f);
+    for (int i = 0; i < 1000; ++i) row[where(rng)] = 1.0f + static_cast<float>(i % (700 + 100 * t)) * 1e-5f;
+  }
+  expect_same_selection(c);
+}
+
 TEST(TopkGpuTies, RerunIsBitIdentical) {
   std::mt19937_64 rng(testing::fresh_seed());
   TopkCase c = make_case(rng, 4, 100000, 1024, std::vector<std::int32_t>(4, 100000), 1);

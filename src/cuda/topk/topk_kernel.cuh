@@ -10,10 +10,11 @@
 //     CTAs (16-byte DSMEM reads); every CTA reads the cs slice totals, finds the slice holding the
 //     K-th largest and scans that slice in its owner. No CTA serves more than its share of DSMEM
 //     requests (one SM answering the whole cluster's requests cost tens of microseconds).
-//  2. exact threshold τ = the key of the K-th largest: radix select (4 × 8 bits) over the bin's
-//     candidates. Few candidates (the common case): they are gathered into every CTA, which
-//     selects locally. Many (ties, crowded bins): each pass's digit histogram is summed over the
-//     cluster by every CTA. Both give the same τ.
+//  2. exact threshold τ = the key of the K-th largest among the bin's candidates. Few candidates
+//     (the common case): they are gathered into every CTA, which finds τ locally — by counting,
+//     each candidate against all, up to 512; by radix select (4 × 8 bits) up to 2048. Many (ties,
+//     crowded bins): radix select whose digit histograms are summed over the cluster by every CTA.
+//     All give the same τ.
 //  3. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions come from
 //     ballots and per-warp / per-CTA prefix counts, so a row is written in ascending entry order,
 //     deterministically, with its physical slots.
@@ -40,6 +41,7 @@ inline constexpr int kCoarseBins = 4096;      // 12 bits of the fp16 order key
 inline constexpr int kDigitBins = 256;        // 8-bit radix digits of the exact key
 inline constexpr int kDigitPasses = 4;
 inline constexpr int kGatherCapacity = 2048;  // candidates selected locally in every CTA
+inline constexpr int kRankByCount = 512;      // up to this many gathered: rank each by counting (1 pass)
 inline constexpr int kMaxPerThread = 64;      // entries per thread: 8 CTAs × 512 × 64 = 262144
 
 struct Shared {
@@ -53,6 +55,7 @@ struct Shared {
   int slice_total;                            // Σ coarse_slice (read by every CTA)
   int cta_greater, cta_equal;                 // this CTA's counts (read by higher ranks)
   int found_bin, found_above, found_count;    // results broadcast inside the CTA
+  std::uint32_t found_key;
   int before_greater, before_equal;           // counts in lower-ranked CTAs
 };
 
@@ -284,15 +287,35 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
         for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = key_of(j);
     }
     cluster.sync();
-    threshold = radix_select(
-        s, remaining,
-        [&](auto&& f) {
-          for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i]);
-        },
-        [&](int pass) {
-          const int* digit = s.digit[pass];
-          return [digit](int b) { return *reinterpret_cast<const int4*>(digit + b); };
-        });
+    if (bin_count <= kRankByCount) {
+      // Candidate t is the threshold when #(greater) < remaining ≤ #(greater or equal).
+      if (static_cast<int>(threadIdx.x) < bin_count) {
+        const std::uint32_t mine = s.gathered[threadIdx.x];
+        int greater_count = 0, equal_count = 0;
+        for (int i = 0; i < bin_count; ++i) {
+          const std::uint32_t other = s.gathered[i];  // the same address across the warp: a broadcast
+          greater_count += other > mine;
+          equal_count += other == mine;
+        }
+        if (greater_count < remaining && remaining <= greater_count + equal_count) {
+          s.found_key = mine;  // equal candidates write equal values
+          s.found_above = greater_count;
+        }
+      }
+      __syncthreads();
+      threshold = s.found_key;
+      remaining -= s.found_above;
+    } else {
+      threshold = radix_select(
+          s, remaining,
+          [&](auto&& f) {
+            for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i]);
+          },
+          [&](int pass) {
+            const int* digit = s.digit[pass];
+            return [digit](int b) { return *reinterpret_cast<const int4*>(digit + b); };
+          });
+    }
   } else {
     threshold = radix_select(
         s, remaining,
