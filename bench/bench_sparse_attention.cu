@@ -90,7 +90,7 @@ struct Pools {
 struct Case {
   std::string name;
   int rows, heads, next_n, batch, compressed;  // compressed = K; N = 128 + K
-  int split = 512;
+  int split = dsv4::kDefaultSplitCandidates;
 };
 
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
@@ -184,15 +184,18 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
 
 }  // namespace
 
-// Usage: bench_sparse_attention [OUT_DIR] [--only SUBSTRING] [--warm-l2]
+// Usage: bench_sparse_attention [OUT_DIR] [--only SUBSTRING] [--warm-l2] [--split N]
+// (--split N runs every case with split_candidates N, the names suffixed _splitN)
 int main(int argc, char** argv) {
   const std::string out_dir = argc > 1 ? argv[1] : ".";
   std::string only;
   bool flush_l2 = true;
+  int split = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--only" && i + 1 < argc) only = argv[++i];
     else if (arg == "--warm-l2") flush_l2 = false;
+    else if (arg == "--split" && i + 1 < argc) split = std::stoi(argv[++i]);
   }
   dsv4::bench::Report report("bench_sparse_attention", out_dir);
   std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n", dsv4::bench::copy_bandwidth_gbs(),
@@ -216,12 +219,21 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (c.name == "decode_B1_H64_N640_nn1" || c.name == "decode_B128_H64_N640_nn1" ||
         c.name == "decode_B128_H128_N2176_nn2") {
-      variants.push_back(c);
-      variants.back().split = 256;
-      variants.back().name += "_split256";
+      for (int variant_split : {256, 512}) {
+        variants.push_back(c);
+        variants.back().split = variant_split;
+        variants.back().name += "_split" + std::to_string(variant_split);
+      }
     }
   }
   cases.insert(cases.end(), variants.begin(), variants.end());
+  if (split > 0) {
+    cases.erase(cases.begin() + static_cast<std::ptrdiff_t>(cases.size() - variants.size()), cases.end());
+    for (Case& c : cases) {
+      c.split = split;
+      c.name += "_split" + std::to_string(split);
+    }
+  }
   for (const Case& c : cases)
     if (c.name.find(only) != std::string::npos) run_case(c, pools, report, rng, flush_l2);
   report.write();

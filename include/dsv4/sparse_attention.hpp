@@ -33,6 +33,10 @@ struct AttentionPoolView {
   int entries_per_page = 0;  // P for the window cache, P/m for a compressed cache
 };
 
+// Default chunk size of the CUDA backend: on the H200 it beat 256 and 512 on most of the issue-6
+// decode/prefill grid (docs/notes-sparse-attention.md).
+inline constexpr int kDefaultSplitCandidates = 384;
+
 struct SparseAttentionOptions {
   // Multiplies q·e (SPEC: 1/sqrt(d), d = 512). Must be finite and positive.
   float softmax_scale = 1.0f / std::sqrt(512.0f);
@@ -44,7 +48,7 @@ struct SparseAttentionOptions {
   // of 64, at most 512), each chunk by its own thread block, then merged in chunk order. A row's
   // bytes depend on this value and on its own inputs only — keep it fixed for a model to keep batch
   // invariance. Smaller: lower latency at small batches; larger: less merge traffic at large ones.
-  int split_candidates = 512;
+  int split_candidates = kDefaultSplitCandidates;
   // CUDA only, optional: scratch of sparse_attention_workspace_bytes() bytes (U8, on the GPU),
   // zero-filled once when allocated; the kernels leave it zeroed again. Without it, each call
   // allocates and clears its own (stream-ordered).
@@ -75,6 +79,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
 // Bytes of the CUDA workspace for N_q rows of H heads over W + K candidates with `split_candidates`
 // (0 when no row needs more than one chunk). Throws Error("options", ...) on an invalid split.
 std::size_t sparse_attention_workspace_bytes(std::int64_t num_rows, std::int64_t num_heads,
-                                             std::int64_t num_candidates, int split_candidates = 512);
+                                             std::int64_t num_candidates,
+                                             int split_candidates = kDefaultSplitCandidates);
 
 }  // namespace dsv4
