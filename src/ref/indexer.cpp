@@ -41,7 +41,11 @@ void prepare_indexer_queries(const IndexerQueryPrepCall& call) {
         tail[2 * i] = static_cast<float>(a * c - b * s);
         tail[2 * i + 1] = static_cast<float>(a * s + b * c);
       }
+      // Rounded to bf16 after RoPE and after the transform, exactly as the keys are (SPEC §4
+      // post-processing); the known-answer layer vectors select the same top-k only this way.
+      for (auto& v : x) v = round_to_bf16(v);
       walsh_hadamard(x.data(), dim);
+      for (auto& v : x) v = round_to_bf16(v);
       std::uint8_t* codes = call.codes + head * data_bytes;
       if (call.format.format == IndexerKeyFormat::FP8) {
         float amax = 0.0f;

@@ -89,7 +89,8 @@ TEST_P(LayerVectors, MatchTheIndependentImplementation) {
     append(got_y, y);
     append(want_y, expected_y);
   }
-  EXPECT_LE(differing_rows, T / 25);
+  // With the indexer queries rounded like the keys, 3 of 330 rows differ by one near-tie entry.
+  EXPECT_LE(differing_rows, 4);
   EXPECT_LE(testing::relative_l2(got_attn, want_attn), 1e-2);
   EXPECT_LE(testing::relative_l2(got_y, want_y), 1e-2);
 }

@@ -2,8 +2,8 @@
 // quantization like the keys, head weights. One warp per (row, head); lane l holds dims 4l..4l+3.
 //
 // The arithmetic follows the CPU reference operation for operation (RoPE and the butterflies in
-// double, the same butterfly order, the shared number-format encoders), so the codes match it bit
-// for bit on ordinary data.
+// double, the same butterfly order, bf16 rounding after RoPE and after the transform, the shared
+// number-format encoders), so the codes match it bit for bit on ordinary data.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,6 +46,9 @@ __global__ void __launch_bounds__(kThreads) query_kernel(const IndexerQueryPrepP
       x[j + 1] = static_cast<float>(a * s + b * c);
     }
   }
+  // bf16 after RoPE, as the keys are (SPEC §4 post-processing; §7 "quantized like the keys").
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) x[j] = round_to_bf16(static_cast<float>(x[j]));
 
   // Walsh–Hadamard in Sylvester order: butterflies over strides 1, 2 (inside the lane) then 4..64
   // (lane strides 1..16); the element with the stride bit clear keeps a + b, its partner a − b.
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) query_kernel(const IndexerQueryPrepP
   const double norm = 1.0 / sqrt(static_cast<double>(kDim));
   float v[kPerLane];
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j) v[j] = static_cast<float>(x[j] * norm);
+  for (int j = 0; j < kPerLane; ++j) v[j] = round_to_bf16(static_cast<float>(x[j] * norm));  // bf16 after WHT
 
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
