@@ -66,11 +66,18 @@ int compress_file(const CompressOptions& o) {
   std::vector<std::uint8_t> bytes;
   std::vector<float> decoded;
   std::vector<std::int32_t> positions;
+  // One copy of the pool to the host (from the GPU when --device cuda), then every entry from it.
+  const PagedCache& cache = compressor.cache();
+  const std::vector<std::uint8_t> pool = cache.host_bytes();
+  const EntryLayout& layout = cache.layout();
+  bytes.resize(static_cast<std::size_t>(entries * entry_bytes));
+  decoded.resize(static_cast<std::size_t>(entries * spec.width));
   for (std::int64_t e = 0; e < entries; ++e) {
-    const std::vector<std::uint8_t> b = compressor.entry_bytes(e);
-    bytes.insert(bytes.end(), b.begin(), b.end());
-    const std::vector<float> d = compressor.decoded_entry(e);
-    decoded.insert(decoded.end(), d.begin(), d.end());
+    const std::int64_t slot = compressor.cache_slot(e);
+    const std::uint8_t* page = pool.data() + slot / cache.entries_per_page() * cache.page_bytes();
+    const int index = static_cast<int>(slot % cache.entries_per_page());
+    layout.gather(page, index, cache.entries_per_page(), bytes.data() + e * entry_bytes);
+    layout.decode(page, index, cache.entries_per_page(), decoded.data() + e * spec.width);
     positions.push_back(static_cast<std::int32_t>(e * spec.ratio));
   }
 
@@ -108,7 +115,7 @@ void add_compress_command(CLI::App& app, Action& run) {
   sub->add_option("--in", options->in, "input .safetensors: kv, score [T, coff*c] F32 (score without ape), ape, norm")
       ->required();
   sub->add_option("--out", options->out, "output .safetensors (written atomically)")->required();
-  sub->add_option("--device", options->device, "cpu (cuda: not built yet)")->capture_default_str();
+  sub->add_option("--device", options->device, "cpu or cuda (the CUDA backend, when built and a GPU is present)")->capture_default_str();
   sub->callback([&run, options, sub] {
     options->indexer_format_given = sub->count("--indexer-format") > 0;
     run = [options] { return compress_file(*options); };
