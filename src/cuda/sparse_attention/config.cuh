@@ -21,6 +21,8 @@ inline constexpr int kColumnWarps = 4;
 inline constexpr int kCandidatesPerWarp = kBlock / kColumnWarps;           // 16: two n-tiles of 8
 inline constexpr int kDimsPerWarp = kDim / kColumnWarps;                   // 128: sixteen n-tiles of 8
 inline constexpr int kMaxBlocksPerSplit = kMaxSplitCandidates / kBlock;    // 8
+// Warps of the 16- and 32-head kernels: 4 MMA warps plus load warps (Traits::kWarps).
+inline constexpr int kLoadingWarps = 8;
 // Row pitch (bf16) of the Q and K tiles: 1040 B ≡ 16 mod 128, so the 8 row addresses of an
 // ldmatrix phase hit 8 different 16-byte bank groups.
 inline constexpr int kRowPitch = kDim + 8;
@@ -38,7 +40,12 @@ struct Traits {
   static_assert(kHeadTile == 16 || kHeadTile == 32 || kHeadTile == 64, "head tiles of 16, 32 or 64");
   static constexpr int kMTiles = kHeadTile >= 32 ? 2 : 1;  // 16-head MMA row tiles per warp
   static constexpr int kRowWarps = kHeadTile / (16 * kMTiles);
-  static constexpr int kWarps = kRowWarps * kColumnWarps;
+  // Warps that run the MMAs and the softmax: kRowWarps × 4 column warps (warps 0 .. kMathWarps−1).
+  static constexpr int kMathWarps = kRowWarps * kColumnWarps;
+  // Small tiles add load warps that only gather and dequantize (exact work whose split over threads
+  // changes no bit). A small batch is bound by one block's serial chain per 64 candidates, most of
+  // it the dequantization, which these warps shorten. The 64-head tile has no registers to spare.
+  static constexpr int kWarps = kHeadTile == 64 ? kMathWarps : kLoadingWarps;
   static constexpr int kThreads = 32 * kWarps;
 
   // Shared memory plan, bytes:

@@ -1,7 +1,10 @@
 // src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel (sm_90a, mma.sync bf16).
 //
-// Grid: one thread block per (query row, head tile, chunk of split_candidates candidates), ordered
-// with a row's chunks adjacent. Per 64-candidate block of the chunk:
+// Grid: one thread block per (query row, head tile, chunk of split_candidates candidates), in
+// groups of p.order_group (row, head tile) pairs, chunk-major inside a group (launch.cu picks the
+// group; 1 = a row's chunks adjacent). The order changes no bit.
+// Small head tiles add load warps that only gather and dequantize (config.cuh: Traits::kWarps).
+// Per 64-candidate block of the chunk:
 //   gather   16-byte cp.async of the 64 entries' 576 data bytes + 8 scale bytes (double-buffered,
 //            one block ahead; −1 / out-of-pool slots zero-fill and are masked)
 //   dequant  e4m3 · ue8m0 → bf16 by field shift (dequant.cuh), into one K(=V) tile
@@ -296,11 +299,20 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int row_warp = warp / kColumnWarps, col_warp = warp % kColumnWarps;
+  // Warp-uniform: load warps (small tiles) join the gather, the dequantization and the barriers only.
+  // A constant true without load warps, so the 64-head kernel compiles as if there were no branch.
+  const bool math_warp = T::kWarps == T::kMathWarps || warp < T::kMathWarps;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
   const int head_tiles = (p.num_heads + kHeadTile - 1) / kHeadTile;
-  const int chunk = static_cast<int>(blockIdx.x % p.num_splits);
-  const int tile_row = static_cast<int>(blockIdx.x / p.num_splits);
+  // Block → (chunk, row · head_tiles + head tile): chunk-major inside groups of order_group pairs.
+  const unsigned tile_rows = static_cast<unsigned>(p.num_rows) * static_cast<unsigned>(head_tiles);
+  const unsigned splits = static_cast<unsigned>(p.num_splits), order_group = static_cast<unsigned>(p.order_group);
+  const unsigned group_first = blockIdx.x / (order_group * splits) * order_group;
+  const unsigned group_size = min(order_group, tile_rows - group_first);
+  const unsigned in_group = blockIdx.x - group_first * splits;
+  const int chunk = static_cast<int>(in_group / group_size);
+  const int tile_row = static_cast<int>(group_first + in_group % group_size);
   const int head0 = (tile_row % head_tiles) * kHeadTile;
   const std::int64_t row = tile_row / head_tiles;
   const int total = p.window_width + p.compressed_width;
@@ -374,80 +386,87 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc_s[mt][nt][i] = 0.0f;
-    // Per-lane ldmatrix row addresses (32-bit shared); the loops only add immediates.
-    const std::uint32_t k_rows =
-        ptx::smem_address(s_k + (col_warp * kCandidatesPerWarp + lane % 8 + (lane / 16) * 8) * kRowPitch + ((lane / 8) % 2) * 8);
-    const std::uint32_t q_rows = ptx::smem_address(s_q + (row_warp * kMT * 16 + lane % 16) * kRowPitch + (lane / 16) * 8);
+    if (math_warp) {
+      // Per-lane ldmatrix row addresses (32-bit shared); the loops only add immediates.
+      const std::uint32_t k_rows =
+          ptx::smem_address(s_k + (col_warp * kCandidatesPerWarp + lane % 8 + (lane / 16) * 8) * kRowPitch + ((lane / 8) % 2) * 8);
+      const std::uint32_t q_rows = ptx::smem_address(s_q + (row_warp * kMT * 16 + lane % 16) * kRowPitch + (lane / 16) * 8);
 #pragma unroll 4
-    for (int kk = 0; kk < kDim / 16; ++kk) {
-      std::uint32_t b[4];
-      ptx::ldmatrix_x4(b, k_rows + kk * 32);
+      for (int kk = 0; kk < kDim / 16; ++kk) {
+        std::uint32_t b[4];
+        ptx::ldmatrix_x4(b, k_rows + kk * 32);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          std::uint32_t a[4];
+          ptx::ldmatrix_x4(a, q_rows + mt * 16 * kRowPitch * 2 + kk * 32);
+          ptx::mma_bf16_16816(acc_s[mt][0], a, b[0], b[1]);
+          ptx::mma_bf16_16816(acc_s[mt][1], a, b[2], b[3]);
+        }
+      }
+
+      // Scores in base 2, masked; the block maximum of each head across the 4 column warps.
+      // This warp's 16 candidates lie in one half of the block's 64 valid bits.
+      const std::uint32_t valid_bits =
+          s_valid[2 * block + col_warp * kCandidatesPerWarp / 32] >> (col_warp * kCandidatesPerWarp % 32);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        std::uint32_t a[4];
-        ptx::ldmatrix_x4(a, q_rows + mt * 16 * kRowPitch * 2 + kk * 32);
-        ptx::mma_bf16_16816(acc_s[mt][0], a, b[0], b[1]);
-        ptx::mma_bf16_16816(acc_s[mt][1], a, b[2], b[3]);
-      }
-    }
-
-    // Scores in base 2, masked; the block maximum of each head across the 4 column warps.
-    // This warp's 16 candidates lie in one half of the block's 64 valid bits.
-    const std::uint32_t valid_bits =
-        s_valid[2 * block + col_warp * kCandidatesPerWarp / 32] >> (col_warp * kCandidatesPerWarp % 32);
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+        for (int half = 0; half < 2; ++half) {
+          float m = -INFINITY;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float m = -INFINITY;
+          for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int cand = nt * 8 + quad * 2 + j;  // within the warp's 16
-            float& s = acc_s[mt][nt][half * 2 + j];
-            s = (valid_bits >> cand) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
-            m = fmaxf(m, s);
+            for (int j = 0; j < 2; ++j) {
+              const int cand = nt * 8 + quad * 2 + j;  // within the warp's 16
+              float& s = acc_s[mt][nt][half * 2 + j];
+              s = (valid_bits >> cand) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+              m = fmaxf(m, s);
+            }
           }
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          if (quad == 0) s_row_max[col_warp * kHeadTile + frag_row[mt][half]] = m;
         }
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        if (quad == 0) s_row_max[col_warp * kHeadTile + frag_row[mt][half]] = m;
       }
-    }
+    }  // math_warp
     __syncthreads();
 
     // Probabilities (bf16, to shared memory for P·V) and their per-warp sums.
     float rescale[kMT][2];
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+    for (int mt = 0; mt < kMT; ++mt) rescale[mt][0] = rescale[mt][1] = 1.0f;
+    if (math_warp) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = frag_row[mt][half];
-        float block_max = s_row_max[r];
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int w = 1; w < kColumnWarps; ++w) block_max = fmaxf(block_max, s_row_max[w * kHeadTile + r]);
-        const float new_max = fmaxf(run_max[mt][half], block_max);
-        const float max_safe = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[mt][half] = ptx::exp2_approx(__fsub_rn(run_max[mt][half], max_safe));
-        run_max[mt][half] = new_max;
-        float sum = 0.0f;
+        for (int half = 0; half < 2; ++half) {
+          const int r = frag_row[mt][half];
+          float block_max = s_row_max[r];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const std::uint32_t pr = ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2], max_safe)),
-                                                    ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2 + 1], max_safe)));
-          const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2;
-          *reinterpret_cast<std::uint32_t*>(s_prob + r * kProbPitch + cand) = pr;
-          // Sum what P·V will use: the bf16-rounded probabilities.
-          sum = __fadd_rn(sum, __uint_as_float(pr << 16));
-          sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+          for (int w = 1; w < kColumnWarps; ++w) block_max = fmaxf(block_max, s_row_max[w * kHeadTile + r]);
+          const float new_max = fmaxf(run_max[mt][half], block_max);
+          const float max_safe = new_max == -INFINITY ? 0.0f : new_max;
+          rescale[mt][half] = ptx::exp2_approx(__fsub_rn(run_max[mt][half], max_safe));
+          run_max[mt][half] = new_max;
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const std::uint32_t pr = ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2], max_safe)),
+                                                      ptx::exp2_approx(__fsub_rn(acc_s[mt][nt][half * 2 + 1], max_safe)));
+            const int cand = col_warp * kCandidatesPerWarp + nt * 8 + quad * 2;
+            *reinterpret_cast<std::uint32_t*>(s_prob + r * kProbPitch + cand) = pr;
+            // Sum what P·V will use: the bf16-rounded probabilities.
+            sum = __fadd_rn(sum, __uint_as_float(pr << 16));
+            sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+          }
+          sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+          sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+          if (quad == 0) s_row_sum[col_warp * kHeadTile + r] = sum;
         }
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-        if (quad == 0) s_row_sum[col_warp * kHeadTile + r] = sum;
       }
-    }
+    }  // math_warp
     __syncthreads();
+    if (!math_warp) continue;
 
     bool any_rescale = false;
 #pragma unroll
@@ -504,6 +523,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
 
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
+    if (!math_warp) return;
     float weight[kMT][2], inv_denom[kMT][2];  // the row normalizers first, then the stores
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
@@ -559,7 +579,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int h = head0 + frag_row[mt][half];
-      if (h >= p.num_heads) continue;
+      if (!math_warp || h >= p.num_heads) continue;
       const std::int64_t slot = (chunk_base + chunk) * p.num_heads + h;
       float* out = p.partial_out + slot * kDim;
 #pragma unroll

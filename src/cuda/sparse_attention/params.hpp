@@ -38,6 +38,9 @@ struct SparseAttentionParams {
   float* partial_out = nullptr;                // [num_rows, num_splits, num_heads, 512] unnormalized O
   float* partial_stats = nullptr;              // [num_rows, num_splits, num_heads, 2] (max in base 2, Σp)
   std::int32_t* arrivals = nullptr;            // [num_rows, ceil(num_heads / 16)] chunk counters, zero between calls
+  // Grid order, set by launch_sparse_attention (changes no bit): blocks run chunk-major inside groups
+  // of order_group (row, head tile) pairs; 1 = a row's chunks adjacent.
+  std::int32_t order_group = 1;
 };
 
 // Largest split_candidates the kernels' shared slot table holds.
