@@ -303,18 +303,18 @@ TEST_F(SparseAttentionGpu, PrefillRaggedBatch) {
   expect_matches_reference(p, {}, "prefill");
 }
 
-// Grids of a few waves run chunk-major inside groups of 64 (row, head tile) pairs: batches whose
-// pair count is not a multiple of 64, with two and three chunks (the last one short), on the 16-,
-// 32- and 64-head tiles (the small ones with their load warps), against the reference; and a grid
-// of more than 4 waves on 132 SMs (600 blocks), which keeps a row's chunks adjacent.
+// Grids of 1.5 to 4 waves run chunk-major inside groups of 64 (row, head tile) pairs (launch.cu):
+// on 132 SMs, 210 blocks of 70 pairs (not a multiple of 64) × 3 chunks (the last one short) on the
+// 16-, 32- and 64-head tiles (the small ones with their load warps), against the reference; and a
+// grid of more than 4 waves (600 blocks), which keeps a row's chunks adjacent.
 TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
   const Pool window(rng, 64, 24), compressed(rng, 64, 24);
   struct Shape {
     int rows, heads, compressed_width;
   };
-  // 70 × 16 heads: tile 16, 70 pairs; 35 × 64 heads: tile 32, 70 pairs; 70 × 64 heads: tile 64;
-  // 300 × 16 heads: 300 pairs × 2 chunks.
-  for (const Shape s : {Shape{70, 16, 700}, Shape{35, 64, 512}, Shape{70, 64, 512}, Shape{300, 16, 512}}) {
+  // 70 × 16 heads: tile 16, 70 pairs; 35 × 64 heads: tile 32, 70 pairs; 70 × 64 heads: tile 64,
+  // 70 pairs (828 candidates: chunks of 384, 384, 60); 300 × 16 heads: 300 pairs × 2 chunks.
+  for (const Shape s : {Shape{70, 16, 700}, Shape{35, 64, 700}, Shape{70, 64, 700}, Shape{300, 16, 512}}) {
     Problem p(rng, window, compressed, s.rows, s.heads, 128, s.compressed_width);
     p.random_slots(rng, 0.05);
     expect_matches_reference(p, {}, "rows " + std::to_string(s.rows) + " H=" + std::to_string(s.heads) + " K=" +

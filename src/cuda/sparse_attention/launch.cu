@@ -39,13 +39,14 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   // Grid order. A row's last chunk is usually the shortest (W + K is rarely a multiple of the
   // split). In a grid of a few waves, row-major order puts long chunks into the last wave, where
   // they start late; chunk-major order runs the long ones first and lets the short ones fill the
-  // tail (B=128, H=64, 640 candidates: 121 → 110 µs on H200). Over many waves the tail is noise
-  // and row-major keeps a row's chunk partials in L2 until its merge (chunk-major cost 2–5 %
-  // there), so only grids of ≤ 4 waves are reordered, in groups of 64 pairs (≤ 16 MB of partials
-  // per group at two chunks of 64 heads).
-  constexpr long long kReorderedWaves = 4;
+  // tail (B=128, H=64, 640 candidates: 121 → 110 µs on H200), in groups of 64 pairs (≤ 16 MB of
+  // partials per group at two chunks of 64 heads). Measured on H200 (notes §8), it pays between
+  // 1.5 and 4 waves. Over more waves the tail is noise and row-major keeps a row's chunk partials in
+  // L2 until its merge (chunk-major cost 2–5 %); at ≤ 1.5 waves chunk-major piles every row's merge
+  // into the tail (3–5 % slower at 192 blocks).
+  const long long blocks = blocks_with(tile);
   constexpr int kOrderGroup = 64;
-  params.order_group = blocks_with(tile) <= kReorderedWaves * sms ? kOrderGroup : 1;
+  params.order_group = 2 * blocks > 3LL * sms && blocks <= 4LL * sms ? kOrderGroup : 1;
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;
