@@ -219,7 +219,9 @@ TEST_P(QueryPrepRef, RopeThenHadamardThenKeyQuantization) {
     for (int h = 0; h < heads; ++h) {
       std::vector<float> x(q_rows.begin() + (t * heads + h) * dim, q_rows.begin() + (t * heads + h + 1) * dim);
       apply_rope_to_tail(rope, x.data(), dim, positions[t]);
+      for (auto& v : x) v = round_to_bf16(v);  // bf16 after RoPE and after the transform, like the keys
       walsh_hadamard(x.data(), dim);
+      for (auto& v : x) v = round_to_bf16(v);
       void* scales = format == IndexerKeyFormat::FP8 ? static_cast<void*>(scale_f.data()) : scale_b.data();
       testing::quantize_head(fmt, x.data(), codes.data(), scales, 0);
       const std::int64_t head = t * heads + h;
