@@ -4,7 +4,8 @@
 // (pages scattered over one pool); metric: key bytes / time against the measured copy bandwidth.
 // Prefill: one request of T tokens, causal (V_t = floor((t+1)/4)); metric: useful FLOP
 // (Σ_t V_t · 2 · H · d) / time against the FP8 tensor ceiling (ANCHORS). Every case checks a sample
-// of its scores against the CPU reference on the same bytes. Usage: bench_indexer <out_dir>
+// of its scores against the CPU reference on the same bytes.
+// Usage: bench_indexer <out_dir> [name-part...]   (with name parts: only the cases whose name holds one)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -190,6 +191,28 @@ struct DecodeCase {
 
 std::string format_name(IndexerKeyFormat f) { return f == IndexerKeyFormat::FP8 ? "fp8" : "fp4"; }
 
+std::string decode_name(const DecodeCase& c) {
+  return "scores_" + format_name(c.format) + "_b" + std::to_string(c.batch) + "_n" + std::to_string(c.entries) +
+         "_next" + std::to_string(c.next_n);
+}
+
+std::string prefill_name(IndexerKeyFormat f, std::int64_t tokens) {
+  return "prefill_" + format_name(f) + "_t" + std::to_string(tokens);
+}
+
+std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
+  return "query_" + format_name(f) + "_rows" + std::to_string(rows);
+}
+
+// The cases asked for on the command line: all when no name part is given.
+struct Selection {
+  std::vector<std::string> parts;
+  bool wants(const std::string& name) const {
+    return parts.empty() ||
+           std::any_of(parts.begin(), parts.end(), [&](const std::string& part) { return name.find(part) != name.npos; });
+  }
+};
+
 void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, const Pool& pool) {
   const std::int64_t rows = static_cast<std::int64_t>(c.batch) * c.next_n;
   Queries queries(c.format, rows, 1234 + rows);
@@ -215,8 +238,7 @@ void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, con
     indexer_scores(queries.q.view(), keys, rows_view, scores.view(), fast);
   }, nullptr, {3, 20, true});
   const double key_bytes = static_cast<double>(c.batch) * c.entries * pool.format.entry_bytes();
-  const std::string name = "scores_" + format_name(c.format) + "_b" + std::to_string(c.batch) + "_n" +
-                           std::to_string(c.entries) + "_next" + std::to_string(c.next_n);
+  const std::string name = decode_name(c);
   const double tflops = 2.0 * rows * c.entries * kHeads * kDim / (us * 1e-6) / 1e12;
   report.add(name, {{"batch", c.batch}, {"entries", c.entries}, {"next_n", c.next_n}, {"format", format_name(c.format)},
                     {"key_bytes", key_bytes}, {"tflops", tflops}},
@@ -255,7 +277,7 @@ void run_prefill(bench::Report& report, IndexerKeyFormat format, std::int64_t to
     indexer_scores(queries.q.view(), keys, rows_view, scores.view(), fast);
   }, nullptr, {2, 10, true});
   const double tflops = pairs * 2.0 * kHeads * kDim / (us * 1e-6) / 1e12;
-  report.add("prefill_" + format_name(format) + "_t" + std::to_string(tokens),
+  report.add(prefill_name(format, tokens),
              {{"tokens", tokens}, {"entries", entries}, {"format", format_name(format)},
               {"score_bytes", 4.0 * tokens * entries}},
              us, "TFLOP/s", tflops, kFp8TensorCeiling, ok);
@@ -298,7 +320,7 @@ void run_query_prep(bench::Report& report, IndexerKeyFormat format, std::int64_t
   const double us = bench::time_us(launch, nullptr, {3, 20, true});
   const double bytes = static_cast<double>(q_rows.nbytes() + logits.nbytes() + cos.nbytes() + sin.nbytes() +
                                            out.codes.nbytes() + out.scales.nbytes() + out.weights.nbytes());
-  report.add("query_" + format_name(format) + "_rows" + std::to_string(rows), {{"rows", rows}, {"bytes", bytes}}, us,
+  report.add(query_name(format, rows), {{"rows", rows}, {"bytes", bytes}}, us,
              "GB/s", bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
 }
 
@@ -306,22 +328,30 @@ void run_query_prep(bench::Report& report, IndexerKeyFormat format, std::int64_t
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <out_dir>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <out_dir> [name-part...]\n", argv[0]);
     return 2;
   }
   bench::Report report("bench_indexer", argv[1]);
+  const Selection selection{std::vector<std::string>(argv + 2, argv + argc)};
   const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("copy bandwidth %.0f GB/s\n", copy_gbs);
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4}) {
-    const Pool pool(f, 128, 262144, 7 + static_cast<int>(f));  // 128 requests × 256K entries: every decode case
+    std::vector<DecodeCase> cases;
     for (int batch : {1, 32, 128})
       for (std::int64_t n : {16384, 65536, 262144})
-        for (int next_n : {1, 2, 4}) run_decode(report, {f, batch, n, next_n}, copy_gbs, pool);
+        for (int next_n : {1, 2, 4})
+          if (selection.wants(decode_name({f, batch, n, next_n}))) cases.push_back({f, batch, n, next_n});
+    if (cases.empty()) continue;
+    const Pool pool(f, 128, 262144, 7 + static_cast<int>(f));  // 128 requests × 256K entries: every decode case
+    for (const DecodeCase& c : cases) run_decode(report, c, copy_gbs, pool);
   }
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
-    for (std::int64_t t : {8192, 65536}) run_prefill(report, f, t);
+    for (std::int64_t t : {8192, 65536})
+      if (selection.wants(prefill_name(f, t))) run_prefill(report, f, t);
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
-    for (std::int64_t rows : {1, 128, 65536}) run_query_prep(report, f, rows, copy_gbs);
+    for (std::int64_t rows : {1, 128, 65536})
+      if (selection.wants(query_name(f, rows)))
+        run_query_prep(report, f, rows, copy_gbs);
   report.write();
   return 0;
 }

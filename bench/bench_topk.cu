@@ -3,7 +3,7 @@
 // B rows of N candidates each (every entry visible), normal scores; metric: score bytes / time
 // against the measured copy bandwidth (one read of the row is the floor). Each case checks its
 // selection (indices and slots) against the CPU reference on up to 8 rows.
-// Usage: bench_topk <out_dir>
+// Usage: bench_topk <out_dir> [name-part...]   (with name parts: only the cases whose name holds one)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +43,10 @@ __global__ void fill_scores(float* x, std::int64_t n, std::uint64_t seed) {
       s += static_cast<float>(hash32(seed + 4 * static_cast<std::uint64_t>(i) + j) & 0xffffff) / 16777216.0f;
     x[i] = s - 2.0f;
   }
+}
+
+std::string case_name(int batch, std::int64_t n, int k) {
+  return "topk_b" + std::to_string(batch) + "_n" + std::to_string(n) + "_k" + std::to_string(k);
 }
 
 void run_case(bench::Report& report, int batch, std::int64_t n, int k, double copy_gbs) {
@@ -97,24 +101,32 @@ void run_case(bench::Report& report, int batch, std::int64_t n, int k, double co
     indexer_topk(scores.view(), rows, kEntriesPerPage, indices.view(), slots.view(), fast);
   }, nullptr, {3, 30, true});
   const double bytes = 4.0 * batch * n;
-  report.add("topk_b" + std::to_string(batch) + "_n" + std::to_string(n) + "_k" + std::to_string(k),
-             {{"batch", batch}, {"candidates", n}, {"k", k}}, us, "GB/s", bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
+  report.add(case_name(batch, n, k), {{"batch", batch}, {"candidates", n}, {"k", k}}, us, "GB/s",
+             bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <out_dir>\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <out_dir> [name-part...]\n", argv[0]);
     return 2;
   }
   bench::Report report("bench_topk", argv[1]);
+  const std::vector<std::string> parts(argv + 2, argv + argc);
   const double copy_gbs = bench::copy_bandwidth_gbs();
+  const auto run = [&](int batch, std::int64_t n, int k) {
+    const std::string name = case_name(batch, n, k);
+    if (parts.empty() || std::any_of(parts.begin(), parts.end(), [&](const std::string& part) {
+          return name.find(part) != name.npos;
+        }))
+      run_case(report, batch, n, k, copy_gbs);
+  };
   for (int batch : {1, 32, 128})
-    for (std::int64_t n : {16384, 65536, 262144}) run_case(report, batch, n, 512, copy_gbs);
+    for (std::int64_t n : {16384, 65536, 262144}) run(batch, n, 512);
   for (int k : {1024, 2048}) {
-    run_case(report, 1, 262144, k, copy_gbs);
-    run_case(report, 128, 65536, k, copy_gbs);
+    run(1, 262144, k);
+    run(128, 65536, k);
   }
   report.write();
   return 0;

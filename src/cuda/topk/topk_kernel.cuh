@@ -1,20 +1,25 @@
 // src/cuda/topk/topk_kernel.cuh — exact top-K of each row by radix select in a thread-block cluster.
 //
-// One cluster of `cs` CTAs (1..8) per row; CTA `rank` holds entries [rank·512E, (rank+1)·512E) in
-// shared memory (E ≤ 64 per thread, up to 128 KB) as order-preserving keys (topk.hpp), loaded with
-// 16-byte reads. Warp w owns a contiguous run of 32E entries, lane l the entries run + 32j + l, so
-// ballots visit entries in index order and shared-memory reads are conflict-free.
+// One cluster of `cs` CTAs (1..16; 16 is a non-portable size, used where the device schedules it)
+// per row; CTA `rank` holds entries [rank·512E, (rank+1)·512E) in shared memory (E ≤ 64 per thread,
+// up to 128 KB) as order-preserving keys (topk.hpp), loaded with 16-byte reads. Warp w owns a
+// contiguous run of 32E entries, lane l the entries run + 32j + l, so ballots visit entries in index
+// order and shared-memory reads are conflict-free. The keys are walked three times in the common
+// case: load (with the histogram), gather (with the per-warp counts above the threshold bin), output.
 //
-//  1. coarse histogram: 4096 bins of the fp16-rounded score (monotone in the score and well spread
-//     for real data). The cluster reduces it scattered: CTA r sums slice r of the bins over all
+//  1. coarse histogram, counted while the keys are loaded: 4096 bins of the fp16-rounded score
+//     (monotone in the score and well spread for real data). The cluster reduces it scattered: CTA r
+//     sums slice r of the bins over all
 //     CTAs (16-byte DSMEM reads); every CTA reads the cs slice totals, finds the slice holding the
 //     K-th largest and scans that slice in its owner. No CTA serves more than its share of DSMEM
 //     requests (one SM answering the whole cluster's requests cost tens of microseconds).
 //  2. exact threshold τ = the key of the K-th largest among the bin's candidates. Few candidates
-//     (the common case): they are gathered into every CTA, which finds τ locally — by counting,
-//     each candidate against all, up to 512; by radix select (4 × 8 bits) up to 2048. Many (ties,
-//     crowded bins): radix select whose digit histograms are summed over the cluster by every CTA.
-//     All give the same τ.
+//     (the common case): they are gathered with their entry numbers into every CTA, which finds τ
+//     locally — by counting, each candidate against all, up to 512; by radix select (4 × 8 bits)
+//     up to 2048. The per-warp counts of keys > τ and == τ are then the counts above the bin (taken
+//     during the gather) plus the gathered candidates of the warp: no walk over the keys. Many
+//     (ties, crowded bins): radix select whose digit histograms are summed over the cluster by every
+//     CTA, then a counting walk. All give the same τ and counts.
 //  3. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions come from
 //     ballots and per-warp / per-CTA prefix counts, so a row is written in ascending entry order,
 //     deterministically, with its physical slots.
@@ -36,7 +41,8 @@ namespace cg = cooperative_groups;
 
 inline constexpr int kThreads = 512;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kMaxCluster = 8;         // portable cluster size
+inline constexpr int kMaxPortableCluster = 8;  // the widest row needs 8 CTAs of kMaxPerThread entries each
+inline constexpr int kMaxCluster = 16;          // non-portable: short batches of long rows use 16
 inline constexpr int kCoarseBins = 4096;      // 12 bits of the fp16 order key
 inline constexpr int kDigitBins = 256;        // 8-bit radix digits of the exact key
 inline constexpr int kDigitPasses = 4;
@@ -48,7 +54,7 @@ struct Shared {
   alignas(16) int coarse[kCoarseBins];        // this CTA's coarse histogram
   alignas(16) int coarse_slice[kCoarseBins];  // the cluster's counts of this CTA's slice of the bins
   alignas(16) int digit[kDigitPasses][kDigitBins];  // this CTA's digit histograms, one per pass
-  std::uint32_t gathered[kGatherCapacity];    // every CTA: the threshold bin's keys (few candidates)
+  uint2 gathered[kGatherCapacity];            // every CTA: the threshold bin's {key, entry} (few candidates)
   int gathered_count;                         // rank 0: positions handed out for the gather
   int scan[kWarps];                           // block-scan scratch
   int warp_greater[kWarps], warp_equal[kWarps];
@@ -199,36 +205,43 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
     return;
   }
 
-  // ---- load this CTA's entries [base, base + here) as keys ----
+  // ---- load this CTA's entries [base, base + here) as keys, counting the coarse histogram ----
+  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
+  for (int i = threadIdx.x; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
+  if (threadIdx.x == 0) s.gathered_count = 0;
+  __syncthreads();
   const int slice_len = kThreads * per_thread;
   const int base = rank * slice_len;
   const int here = min(max(visible - base, 0), slice_len);
   const float* scores = p.scores + row * p.num_cols + base;
+  const auto count = [&](std::uint32_t key) { atomicAdd(&s.coarse[coarse_bin(key)], 1); };
   int vector_end = 0;  // entries loaded 4 at a time (16-byte aligned rows only)
   if (p.num_cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0) {
     vector_end = here / 4 * 4;
 #pragma unroll 16
     for (int i = 4 * static_cast<int>(threadIdx.x); i < vector_end; i += 4 * kThreads) {
       const float4 v = __ldg(reinterpret_cast<const float4*>(scores + i));
-      *reinterpret_cast<uint4*>(s_keys + i) =
-          make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
+      const uint4 keys = make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
+      *reinterpret_cast<uint4*>(s_keys + i) = keys;
+      count(keys.x);
+      count(keys.y);
+      count(keys.z);
+      count(keys.w);
     }
   }
-  for (int i = vector_end + threadIdx.x; i < here; i += kThreads) s_keys[i] = topk_order_key(__ldg(scores + i));
+  for (int i = vector_end + threadIdx.x; i < here; i += kThreads) {
+    s_keys[i] = topk_order_key(__ldg(scores + i));
+    count(s_keys[i]);
+  }
 
   const int run = warp * 32 * per_thread;       // first entry of this warp's run (CTA-relative)
-  const int valid_span = here - run - lane;     // entry run + 32j + lane is valid iff 32j < valid_span
+  const int run_len = min(here - run, 32 * per_thread);  // valid entries of the run (≤ 0: none)
+  const int valid_span = run_len - lane;        // entry run + 32j + lane is valid iff 32j < valid_span
   const auto valid = [&](int j) { return 32 * j < valid_span; };
   const auto key_of = [&](int j) { return s_keys[run + 32 * j + lane]; };
+  cluster.sync();  // every CTA runs, has its keys and histogram, and has cleared what the others add into
 
-  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
-  for (int i = threadIdx.x; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
-  if (threadIdx.x == 0) s.gathered_count = 0;
-  cluster.sync();  // every CTA runs, has its keys and has cleared what the others will add into
-
-  // ---- 1. coarse histogram: local, then summed slice by slice over the cluster ----
-  for (int j = 0; j < per_thread && valid(j); ++j) atomicAdd(&s.coarse[coarse_bin(key_of(j))], 1);
-  cluster.sync();
+  // ---- 1. the coarse histogram summed slice by slice over the cluster ----
   const int slice = kCoarseBins / cs;  // this CTA owns bins [rank·slice, (rank+1)·slice)
   int slice_sum = 0;
   for (int i = 4 * static_cast<int>(threadIdx.x); i < slice; i += 4 * kThreads) {
@@ -267,33 +280,39 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
   const int bin_count = s.found_count;
   int remaining = k - slice_above - s.found_above;  // how many to take from the bin, 1..bin_count
   __syncthreads();
-  std::uint64_t candidates = 0;  // bit j: entry j of this thread lies in the threshold bin
-  for (int j = 0; j < per_thread && valid(j); ++j)
-    if (coarse_bin(key_of(j)) == bin) candidates |= 1ull << j;
-  const auto candidate = [&](int j) { return ((candidates >> j) & 1) != 0; };
 
-  // ---- 2. the exact threshold key ----
+  // ---- 2. the exact threshold key, and the per-warp counts of keys > τ and == τ ----
   std::uint32_t threshold;
   if (bin_count <= kGatherCapacity) {
+    // One walk: gather the bin's {key, entry} into every CTA; count the warp's keys above the bin.
     int* counter = cluster.map_shared_rank(&s.gathered_count, 0);
-    for (int j = 0; j < per_thread; ++j) {
-      const bool mine = candidate(j);
+    int above_bin = 0;
+    for (int j = 0; 32 * j < run_len; ++j) {
+      const int entry_bin = valid(j) ? coarse_bin(key_of(j)) : -1;
+      above_bin += __popc(__ballot_sync(0xffffffffu, entry_bin > bin));
+      const bool mine = entry_bin == bin;
       const unsigned ballot = __ballot_sync(0xffffffffu, mine);
       if (ballot == 0) continue;
       int position = 0;
       if (lane == 0) position = atomicAdd(counter, __popc(ballot));
       position = __shfl_sync(0xffffffffu, position, 0) + __popc(ballot & ((1u << lane) - 1));
-      if (mine)
-        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = key_of(j);
+      if (mine) {
+        const uint2 item = make_uint2(key_of(j), static_cast<std::uint32_t>(base + run + 32 * j + lane));
+        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = item;
+      }
+    }
+    if (lane == 0) {
+      s.warp_greater[warp] = above_bin;
+      s.warp_equal[warp] = 0;
     }
     cluster.sync();
     if (bin_count <= kRankByCount) {
       // Candidate t is the threshold when #(greater) < remaining ≤ #(greater or equal).
       if (static_cast<int>(threadIdx.x) < bin_count) {
-        const std::uint32_t mine = s.gathered[threadIdx.x];
+        const std::uint32_t mine = s.gathered[threadIdx.x].x;
         int greater_count = 0, equal_count = 0;
         for (int i = 0; i < bin_count; ++i) {
-          const std::uint32_t other = s.gathered[i];  // the same address across the warp: a broadcast
+          const std::uint32_t other = s.gathered[i].x;  // the same address across the warp: a broadcast
           greater_count += other > mine;
           equal_count += other == mine;
         }
@@ -309,19 +328,30 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
       threshold = radix_select(
           s, remaining,
           [&](auto&& f) {
-            for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i]);
+            for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i].x);
           },
           [&](int pass) {
             const int* digit = s.digit[pass];
             return [digit](int b) { return *reinterpret_cast<const int4*>(digit + b); };
           });
     }
+    // The bin's keys > τ and == τ, added to the warp of this CTA that holds them.
+    for (int i = threadIdx.x; i < bin_count; i += kThreads) {
+      const uint2 item = s.gathered[i];
+      const int local = static_cast<int>(item.y) - base;
+      if (local < 0 || local >= here) continue;  // another CTA's entry
+      const int owner_warp = local / (32 * per_thread);
+      if (item.x > threshold) atomicAdd(&s.warp_greater[owner_warp], 1);
+      else if (item.x == threshold) atomicAdd(&s.warp_equal[owner_warp], 1);
+    }
   } else {
     threshold = radix_select(
         s, remaining,
         [&](auto&& f) {
-          for (int j = 0; j < per_thread; ++j)
-            if (candidate(j)) f(key_of(j));
+          for (int j = 0; j < per_thread && valid(j); ++j) {
+            const std::uint32_t key = key_of(j);
+            if (coarse_bin(key) == bin) f(key);
+          }
         },
         [&](int pass) {
           cluster.sync();  // every CTA's histogram of this pass is complete
@@ -332,20 +362,20 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
             return sum;
           };
         });
+    int greater = 0, equal = 0;
+    for (int j = 0; 32 * j < run_len; ++j) {
+      const std::uint32_t key = valid(j) ? key_of(j) : 0u;
+      greater += __popc(__ballot_sync(0xffffffffu, valid(j) && key > threshold));
+      equal += __popc(__ballot_sync(0xffffffffu, valid(j) && key == threshold));
+    }
+    if (lane == 0) {
+      s.warp_greater[warp] = greater;
+      s.warp_equal[warp] = equal;
+    }
   }
   const int ties = remaining;  // keys equal to the threshold to take, in entry order
 
   // ---- 3. counts before each warp and CTA, then the ordered output ----
-  int greater = 0, equal = 0;
-  for (int j = 0; j < per_thread; ++j) {
-    const std::uint32_t key = valid(j) ? key_of(j) : 0u;
-    greater += __popc(__ballot_sync(0xffffffffu, valid(j) && key > threshold));
-    equal += __popc(__ballot_sync(0xffffffffu, valid(j) && key == threshold));
-  }
-  if (lane == 0) {
-    s.warp_greater[warp] = greater;
-    s.warp_equal[warp] = equal;
-  }
   __syncthreads();
   int warp_greater_before = 0, warp_equal_before = 0, cta_greater = 0, cta_equal = 0;
   for (int w = 0; w < kWarps; ++w) {
@@ -382,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
   int position = greater_before + min(equal_before, ties) + warp_greater_before + min(warp_equal_before, ties_here);
   int equal_seen = warp_equal_before;  // ties in this CTA before the current entry
   const unsigned below = (1u << lane) - 1;
-  for (int j = 0; j < per_thread && 32 * j < here - run; ++j) {  // warp-uniform bound
+  for (int j = 0; 32 * j < run_len; ++j) {  // warp-uniform bound
     const std::uint32_t key = valid(j) ? key_of(j) : 0u;
     const bool is_greater = valid(j) && key > threshold;
     const bool is_equal = valid(j) && key == threshold;
