@@ -97,39 +97,20 @@ struct ChunkPages {
   }
 };
 
-// Loads (for FP4 also widens) a lane's share of key row s (zeros past the visible range or for a
-// page outside the pool). FP4 also returns the key's scale in `scale` (NaN for a page outside the
-// pool; FP8: see fp8_key_scale).
-template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void load_key_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                             int visible_end, int quad, const uint2* tables, uint4& lo, uint4& hi,
-                                             float& scale) {
+// ---- FP8 keys: loaded straight into the wgmma A-fragment registers ----
+
+// Loads a lane's share of FP8 key row s: chunks q and q + 4 (zeros past the visible range or for a
+// page outside the pool).
+__device__ __forceinline__ void load_fp8_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
+                                             int visible_end, int quad, uint4& lo, uint4& hi) {
   lo = hi = make_uint4(0, 0, 0, 0);
-  scale = 0.0f;
   if (s >= visible_end) return;
   const std::int64_t page = pages.of(p, s);
-  if (page < 0) {
-    scale = __int_as_float(0x7fc00000);
-    return;
-  }
+  if (page < 0) return;
   const int entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* base = p.pages + page * p.page_bytes;
-  if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    const std::uint8_t* data = base + static_cast<std::int64_t>(entry) * kDim;
-    lo = ptx::load_stream_v4(data + quad * kChunkBytes);
-    hi = ptx::load_stream_v4(data + kDim / 2 + quad * kChunkBytes);
-  } else {
-    const std::uint8_t* data = base + static_cast<std::int64_t>(entry) * (kDim / 2);
-    const uint2 packed_lo = ptx::load_stream_v2(data + quad * (kChunkBytes / 2));
-    const uint2 packed_hi = ptx::load_stream_v2(data + kDim / 4 + quad * (kChunkBytes / 2));
-    const std::uint32_t scales = ptx::load_stream_u32(base + static_cast<std::int64_t>(p.entries_per_page) * (kDim / 2) +
-                                                      static_cast<std::int64_t>(entry) * 4);
-    const int largest = max_scale_byte(scales);
-    // Chunk q covers values [16q, 16q+16): block q/2; chunk q+4: block 2 + q/2.
-    lo = widen_e2m1x16(packed_lo, table_for(tables, largest, (scales >> (8 * (quad / 2))) & 0xff));
-    hi = widen_e2m1x16(packed_hi, table_for(tables, largest, (scales >> (8 * (2 + quad / 2))) & 0xff));
-    scale = float_from_ue8m0(static_cast<std::uint8_t>(largest));
-  }
+  const std::uint8_t* data = p.pages + page * p.page_bytes + static_cast<std::int64_t>(entry) * kDim;
+  lo = ptx::load_stream_v4(data + quad * kChunkBytes);
+  hi = ptx::load_stream_v4(data + kDim / 2 + quad * kChunkBytes);
 }
 
 // The float32 scale of FP8 key s: 0 past the visible range, NaN for a page outside the pool (the
@@ -142,6 +123,101 @@ __device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, cons
   const int entry = s & (p.entries_per_page - 1);
   return __uint_as_float(ptx::load_stream_u32(p.pages + page * p.page_bytes +
                                               static_cast<std::int64_t>(p.entries_per_page) * kDim + entry * 4));
+}
+
+// ---- FP4 keys: loaded packed, widened only when their step is consumed ----
+// (Widening right after the loads made every step wait on the next step's data before computing:
+// no overlap at all. Packed, the next step also needs fewer registers in flight.)
+
+// Whether a lane's FP4 key row was loaded: rows past the visible range read as zeros with scale 0,
+// rows on a page outside the pool as zeros with scale NaN.
+enum class RowState : std::uint32_t { kLoaded, kPastVisible, kOutsidePool };
+
+// A lane's share of one FP4 key row as loaded: packed chunks q and q + 4 and the four ue8m0 bytes.
+struct PackedRow {
+  uint2 lo, hi;
+  std::uint32_t scales;
+  RowState state;
+};
+
+// Issues the loads of a lane's share of FP4 key row s (no use of the data).
+__device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
+                                                  int visible_end, int quad) {
+  constexpr int kRowBytes = kDim / 2;
+  PackedRow row{};
+  row.state = RowState::kPastVisible;
+  if (s >= visible_end) return row;
+  const std::int64_t page = pages.of(p, s);
+  row.state = RowState::kOutsidePool;
+  if (page < 0) return row;
+  row.state = RowState::kLoaded;
+  const std::int64_t entry = s & (p.entries_per_page - 1);
+  const std::uint8_t* base = p.pages + page * p.page_bytes;
+  const std::uint8_t* data = base + entry * kRowBytes;
+  row.lo = ptx::load_stream_v2(data + quad * (kChunkBytes / 2));
+  row.hi = ptx::load_stream_v2(data + kRowBytes / 2 + quad * (kChunkBytes / 2));
+  row.scales = ptx::load_stream_u32(base + static_cast<std::int64_t>(p.entries_per_page) * kRowBytes + entry * 4);
+  return row;
+}
+
+// The e4m3 chunks of a loaded FP4 row, widened relative to the entry's largest block scale, and the
+// key's scale (that block scale), which multiplies the head sum.
+__device__ __forceinline__ float widen_fp4_row(const PackedRow& row, const uint2* tables, int quad, uint4& lo,
+                                               uint4& hi) {
+  if (row.state != RowState::kLoaded) {
+    lo = hi = make_uint4(0, 0, 0, 0);
+    return row.state == RowState::kPastVisible ? 0.0f : __int_as_float(0x7fc00000);
+  }
+  const int largest = max_scale_byte(row.scales);
+  // Chunk q covers values [16q, 16q+16): block q/2; chunk q+4: block 2 + q/2.
+  lo = widen_e2m1x16(row.lo, table_for(tables, largest, (row.scales >> (8 * (quad / 2))) & 0xff));
+  hi = widen_e2m1x16(row.hi, table_for(tables, largest, (row.scales >> (8 * (2 + quad / 2))) & 0xff));
+  return float_from_ue8m0(static_cast<std::uint8_t>(largest));
+}
+
+// ---- a lane's two key rows of a 64-key step (16w+g and 16w+g+8), as loaded ----
+
+template <IndexerKeyFormat kFormat>
+struct LoadedStep;
+
+template <>
+struct LoadedStep<IndexerKeyFormat::FP8> {  // ready for the MMA as loaded
+  KeyRows keys;
+  float scale_lo, scale_hi;
+};
+
+template <>
+struct LoadedStep<IndexerKeyFormat::FP4> {
+  PackedRow g, g8;
+};
+
+template <IndexerKeyFormat kFormat>
+__device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
+                                          int visible_end, int g, int quad, LoadedStep<kFormat>& step) {
+  const int s = k0 + g;
+  if constexpr (kFormat == IndexerKeyFormat::FP8) {
+    load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
+    load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
+    step.scale_lo = fp8_key_scale(p, pages, s, visible_end);
+    step.scale_hi = fp8_key_scale(p, pages, s + 8, visible_end);
+  } else {
+    step.g = load_fp4_row(p, pages, s, visible_end, quad);
+    step.g8 = load_fp4_row(p, pages, s + 8, visible_end, quad);
+  }
+}
+
+// The step's wgmma A fragments and its two keys' scales.
+template <IndexerKeyFormat kFormat>
+__device__ __forceinline__ void ready_step(const LoadedStep<kFormat>& step, const uint2* tables, int quad,
+                                           KeyRows& keys, float& scale_lo, float& scale_hi) {
+  if constexpr (kFormat == IndexerKeyFormat::FP8) {
+    keys = step.keys;
+    scale_lo = step.scale_lo;
+    scale_hi = step.scale_hi;
+  } else {
+    scale_lo = widen_fp4_row(step.g, tables, quad, keys.lo_g, keys.hi_g);
+    scale_hi = widen_fp4_row(step.g8, tables, quad, keys.lo_g8, keys.hi_g8);
+  }
 }
 
 // Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
@@ -227,20 +303,6 @@ __device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_
   sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
 }
 
-// A lane's key rows of the step at k0 and their scales.
-template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
-                                          int visible_end, int g, int quad, const uint2* tables, KeyRows& keys,
-                                          float& scale_lo, float& scale_hi) {
-  const int s = k0 + g;
-  load_key_row<kFormat>(p, pages, s, visible_end, quad, tables, keys.lo_g, keys.hi_g, scale_lo);
-  load_key_row<kFormat>(p, pages, s + 8, visible_end, quad, tables, keys.lo_g8, keys.hi_g8, scale_hi);
-  if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    scale_lo = fp8_key_scale(p, pages, s, visible_end);
-    scale_hi = fp8_key_scale(p, pages, s + 8, visible_end);
-  }
-}
-
 // scores [num_rows, num_cols]; grid (ceil(num_rows / 8), ceil(num_cols / key_chunk)).
 template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const int key_chunk) {
@@ -294,9 +356,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
     const int first = col0 + warpgroup * kKeysPerStep;
     const int lane_key = 16 * warp + g;
-    KeyRows keys;
-    float scale_lo, scale_hi;
-    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, s_tables, keys, scale_lo, scale_hi);
+    LoadedStep<kFormat> loaded;
+    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
       if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
         for (int r = r_begin; r < r_end; ++r) {
@@ -306,11 +367,13 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
         }
         continue;
       }
-      // Prefetch the next step while this one computes.
-      KeyRows next;
-      float next_lo, next_hi;
-      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, s_tables, next, next_lo,
-                         next_hi);
+      // This step was loaded one step ago; the next step's loads are issued before this one is
+      // widened (FP4) and computed, and stay in flight meanwhile.
+      LoadedStep<kFormat> next;
+      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+      KeyRows keys;
+      float scale_lo, scale_hi;
+      ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
       for (int r = r_begin; r < r_end; ++r) {
         float sum_lo, sum_hi;
         row_scores(keys, s_q + r * p.heads * kDim, s_w + r * p.heads, p.heads, quad, sum_lo, sum_hi);
@@ -321,9 +384,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
-      keys = next;
-      scale_lo = next_lo;
-      scale_hi = next_hi;
+      loaded = next;
     }
     r_begin = r_end;
   }
