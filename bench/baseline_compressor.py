@@ -11,6 +11,8 @@ Decode: B requests with a float32 ring state [B, R, 2·coff·c] (two-pass) or an
 [B, 3, c]: write the new rows into the ring, gather every request's current window from it,
 softmax and sum (two-pass); or run the online recurrence over the new rows (online).
 Median of CUDA-event timings, L2 flushed before each. Writes <results>/baseline_compressor.json.
+Usage: baseline_compressor.py RESULTS_DIR [FILTER,...]: with filters, only the cases whose name
+contains one of them (a short device run can then re-measure the cases it needs).
 """
 import json
 import os
@@ -120,6 +122,8 @@ def decode_case(kind, requests, new_tokens, generator):
 
 def main():
     results = sys.argv[1] if len(sys.argv) > 1 else "."
+    filters = sys.argv[2].split(",") if len(sys.argv) > 2 else [""]
+    wanted = lambda name: any(f in name for f in filters)
     os.makedirs(results, exist_ok=True)
     records = []
     generator = torch.Generator(device="cuda")
@@ -127,12 +131,16 @@ def main():
     for kind in KINDS:
         for tokens in (8192, 65536, 262144):
             name = f"prefill {kind[0]} T={tokens}"
+            if not wanted(name):
+                continue
             records.append({"name": name, "baseline_us": prefill_case(kind, tokens)})
             print(f"{name:40s} {records[-1]['baseline_us']:10.1f} us", flush=True)
     for kind in KINDS:
         for new_tokens in (1, 4):
             for requests in (1, 8, 64, 256, 1024):
                 name = f"decode {kind[0]} B={requests} n={new_tokens}"
+                if not wanted(name):
+                    continue
                 records.append({"name": name, "baseline_us": decode_case(kind, requests, new_tokens, generator)})
                 print(f"{name:40s} {records[-1]['baseline_us']:10.1f} us", flush=True)
     with open(os.path.join(results, "baseline_compressor.json"), "w") as f:

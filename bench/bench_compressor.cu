@@ -14,6 +14,8 @@
 // Checks: every 8K prefill and every decode step against the CPU reference (compressed rows within
 // 1e-5, ≥ 99.9% of cache bytes equal); the 64K/256K prefills' first 8K tokens bit-identical to the
 // 8K run (the inputs are a hash of (row, column), so they coincide).
+// Usage: bench_compressor RESULTS_DIR [FILTER,...] — with filters, only the cases whose name contains
+// one of them (and the 8K prefill of a kind whose larger prefill is wanted, for its check).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -337,23 +339,48 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   std::printf("%40s %10.2f us with the metadata upload in the graph\n", "", upload_us);
 }
 
+// Whether case `name` is wanted: every case without filters, else those containing one of the
+// comma-separated filters (a short device run can re-measure only what it needs).
+bool wanted(const std::string& name, const std::string& filters) {
+  if (filters.empty()) return true;
+  std::size_t begin = 0;
+  while (begin <= filters.size()) {
+    const std::size_t end = std::min(filters.find(',', begin), filters.size());
+    if (end > begin && name.find(filters.substr(begin, end - begin)) != std::string::npos) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s RESULTS_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s RESULTS_DIR [FILTER,...]\n", argv[0]);
     return 2;
   }
+  const std::string filters = argc > 2 ? argv[2] : "";
   const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("copy bandwidth: %.1f GB/s\n", copy_gbs);
   bench::Report report("bench_compressor", argv[1]);
   std::map<std::string, Prefill8K> first_8k;
   for (const Kind& kind : kKinds) {
-    for (const std::int64_t tokens : {8192, 65536, 262144}) prefill_case(report, kind, tokens, copy_gbs, first_8k);
+    const auto prefill_wanted = [&](std::int64_t tokens) {
+      return wanted(std::string("prefill ") + kind.name + " T=" + std::to_string(tokens), filters);
+    };
+    // The 64K/256K checks compare with the 8K run: it runs whenever a larger one does.
+    const bool any_prefill = prefill_wanted(8192) || prefill_wanted(65536) || prefill_wanted(262144);
+    for (const std::int64_t tokens : {8192, 65536, 262144}) {
+      if (tokens == 8192 ? any_prefill : prefill_wanted(tokens)) prefill_case(report, kind, tokens, copy_gbs, first_8k);
+    }
   }
   for (const Kind& kind : kKinds) {
     for (const int new_tokens : {1, 4}) {
-      for (const int requests : {1, 8, 64, 256, 1024}) decode_case(report, kind, requests, new_tokens, copy_gbs);
+      for (const int requests : {1, 8, 64, 256, 1024}) {
+        const std::string name = std::string("decode ") + kind.name + " B=" + std::to_string(requests) + " n=" +
+                                 std::to_string(new_tokens);
+        if (wanted(name, filters)) decode_case(report, kind, requests, new_tokens, copy_gbs);
+      }
     }
   }
   report.write();

@@ -98,8 +98,10 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.num_requests = static_cast<std::int32_t>(requests.size());
   layout.num_items = item_begin.back();
   layout.one_item_per_request = layout.num_items == layout.num_requests;
-  require(layout.num_items <= std::numeric_limits<std::int32_t>::max(), "batch",
-          "the step has " + std::to_string(layout.num_items) + " work items, more than one CUDA grid holds");
+  const std::int64_t ring_items = spec.online ? 0 : layout.num_requests;  // two-pass: one per request
+  require(layout.num_items + ring_items <= std::numeric_limits<std::int32_t>::max(), "batch",
+          "the step has " + std::to_string(layout.num_items + ring_items) +
+              " work items, more than one CUDA grid holds");
   layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
   layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
   layout.bytes.assign(layout.pages_offset + pages.size() * sizeof(std::int32_t), 0);
@@ -137,6 +139,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
   p.num_items = layout.num_items;
+  p.ring_items = spec.online ? 0 : layout.num_requests;
   p.ratio = spec.ratio;
   p.overlap = spec.overlap ? 1 : 0;
   p.max_rollback = spec.max_rollback;

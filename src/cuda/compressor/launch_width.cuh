@@ -14,13 +14,15 @@
 
 namespace dsv4::cuda::compressor {
 
+// Launches `kernel` with one unit per item (num_items + ring_items).
 template <class Config, class Kernel>
 cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream) {
   // The staging needs more than the default 48 KB of dynamic shared memory: opt in once per kernel.
   static const cudaError_t opted_in =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kBytes);
   if (opted_in != cudaSuccess) return opted_in;
-  const std::int64_t blocks = (params.num_items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
+  const std::int64_t items = params.num_items + params.ring_items;
+  const std::int64_t blocks = (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
   kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, Config::kBytes, stream>>>(params);
   return cudaGetLastError();
 }

@@ -2,13 +2,18 @@
 // types), so the host planner in launch.cu and the device headers share one definition.
 //
 // Work is split into "items": every request of the step that brings tokens has one HEAD item and
-// one BODY item per further compress event.
+// one BODY item per further compress event (two-pass kernels add one RING item per request, see
+// KernelParams::ring_items).
 //   head: the events that may read the old state (two-pass: the first coff events, whose windows
-//         reach back before the prefix; online: the first block, continued from the snapshot), then,
-//         after a barrier of its own unit, every state write of the request;
-//   body: one event whose window lies entirely in this step's new rows.
-// Only the head of a request touches that request's state, so no state write can overtake a read
-// of the same step (SPEC §6), with one kernel launch per step.
+//         reach back before the prefix; online: the first block, continued from the snapshot), then
+//         the state writes of the request (after a barrier of its own unit; two-pass: unless its
+//         ring item writes them);
+//   body: one event whose window lies entirely in this step's new rows;
+//   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
+//         head event, or every decode step), in parallel with its head.
+// Only a request's head reads its state, and a state write runs in parallel with it only where it
+// cannot touch those reads, so no state write can overtake a read of the same step (SPEC §6), with
+// one kernel launch per step.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +66,9 @@ struct KernelParams {
   std::int32_t num_requests = 0;
   std::int32_t one_item_per_request = 0;   // 1: item i is request i's head (decode steps: no search)
   std::int64_t num_items = 0;
+  // Two-pass kernels: one ring item per request after the other items (item num_items + i writes
+  // request i's ring when that can run in parallel with its head, two_pass.cuh); 0 for online.
+  std::int64_t ring_items = 0;
   // The compressor.
   std::int32_t ratio = 0;         // m
   std::int32_t overlap = 0;       // 1: b branch over block n−1 (coff = 2)

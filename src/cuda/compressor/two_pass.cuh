@@ -81,12 +81,10 @@ struct SoftmaxPartial {
 };
 
 // Folds candidates [j_begin, j_end) of `window` into `acc`, kBatch at a time through the staging
-// slots. `after_first_copy()` runs once the first batch's copies are issued (the head's ring
-// writes overlap them when they cannot touch this step's reads).
-template <class Config, class AfterFirstCopy>
+// slots, the next batch in flight while one is folded.
+template <class Config>
 __device__ __forceinline__ void pool_candidates(const RingRows& rows, const EventWindow& window, int j_begin, int j_end,
-                                                int lane, const Staging<Config>& staging, SoftmaxPartial& acc,
-                                                AfterFirstCopy&& after_first_copy) {
+                                                int lane, const Staging<Config>& staging, SoftmaxPartial& acc) {
   constexpr int kBatch = Config::kBatch;
   const int batches = (j_end - j_begin + kBatch - 1) / kBatch;
   const auto copy_batch = [&](int b) {
@@ -102,7 +100,6 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Even
     copy_async_commit();
   };
   copy_batch(0);
-  after_first_copy();
   for (int b = 0; b < batches; ++b) {
     if constexpr (Config::kStages > 1) {
       if (b + 1 < batches) {
@@ -174,11 +171,10 @@ __device__ __forceinline__ EventWindow event_window(const KernelParams& p, const
 }
 
 // Computes and stores event `event` of request `r` (every thread of the unit takes part).
-template <class Config, class AfterFirstCopy>
+template <class Config>
 __device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                int event, int group, int lane, const float (&norm)[4],
-                                               const Staging<Config>& staging, double* s_sum,
-                                               AfterFirstCopy&& after_first_copy) {
+                                               const Staging<Config>& staging, double* s_sum) {
   const EventWindow window = event_window<Config>(p, rows, r, event);
   const EntryTarget target = entry_target(p, r, event);
   SoftmaxPartial acc;
@@ -189,7 +185,7 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
     acc.weighted[k] = 0.0f;
   }
   const int j_begin = group * window.count / Config::kGroups, j_end = (group + 1) * window.count / Config::kGroups;
-  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc, after_first_copy);
+  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc);
 
   if constexpr (Config::kGroups > 1) {
     // Merge the groups' statistics in group order (deterministic), into group 0. The scratch
@@ -232,7 +228,7 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
 // Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
 template <class Config>
 __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread) {
-  constexpr int kVectorsInFlight = 4;
+  constexpr int kVectorsInFlight = 8;  // loads issued before the first store (a store may alias a later load)
   const std::int64_t end = r.prefix + r.new_tokens;
   const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
   const int row_vectors = rows.row_width / 4;        // float4 per kv (or score) row
@@ -253,7 +249,9 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
       const std::int64_t row = rows.row_begin + (first - r.prefix) + row_offset;
       const int in_block = (first_in_block + row_offset) % p.ratio;
       const int ring_row = (first_ring_row + row_offset) % rows.ring_rows;
-      if (is_score) {
+      if (!valid) {
+        data[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past the last row: no load
+      } else if (is_score) {
         data[u] = add4(load_once(rows.score + row * rows.score_stride + channel),
                        load_shared_input(rows.ape + static_cast<std::int64_t>(in_block) * rows.row_width + channel));
       } else {
@@ -270,6 +268,24 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
   }
 }
 
+// Events a request's head computes: the first coff, whose windows may reach below the prefix.
+__device__ __forceinline__ int head_event_count(const KernelParams& p, const StepRequest& r) {
+  const int coff = p.overlap ? 2 : 1;
+  return r.num_events < coff ? r.num_events : coff;
+}
+
+// Whether the request's ring item writes its ring: whenever no ring row written this step can be
+// one the head's events read (no event, or end − first read position ≤ R: every decode step), so
+// the writes run in parallel with the head instead of in its critical path. Otherwise the head
+// writes them after all of its reads.
+template <class Config>
+__device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                 int head_events) {
+  return head_events == 0 || r.prefix + r.new_tokens - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
+}
+
+// Unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
+// [num_items, num_items + ring_items) the ring items of the requests in order.
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {
@@ -280,38 +296,30 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int thread = static_cast<int>(threadIdx.x) % Config::kUnitThreads;
   const int group = thread / Config::kLanes, lane = thread % Config::kLanes;
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
-  if (item >= p.num_items) return;  // whole units only: a block-wide unit never splits here
+  if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
+  if (item >= p.num_items) {  // a ring item
+    const StepRequest r = p.requests[item - p.num_items];
+    const RingRows rows(p, r);
+    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
+    return;
+  }
   float norm[4];
   load_norm<Config>(p, lane, norm);
   const Staging<Config> staging(dynamic_shared);
   const ItemPlace place = locate_item(p, item);
   const StepRequest& r = place.request;
   const RingRows rows(p, r);
-  const int coff = p.overlap ? 2 : 1;
-  const int head_events = r.num_events < coff ? r.num_events : coff;
-  const auto nothing = [] {};
+  const int head_events = head_event_count(p, r);
   if (place.index != 0) {
     two_pass_event<Config>(p, rows, r, head_events + static_cast<int>(place.index) - 1, group, lane, norm, staging,
-                           s_sum, nothing);
+                           s_sum);
     return;
   }
-  // The head: the events whose windows may reach into the ring, and the ring writes. When no ring
-  // row written this step can be one those events read (end − first read position ≤ R: decode
-  // steps), the writes overlap the first event's copies; else they wait for every read of the unit.
-  const std::int64_t end = r.prefix + r.new_tokens;
-  const bool writes_cannot_alias =
-      head_events == 0 || end - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
-  if (head_events == 0) {
-    write_ring<Config>(p, rows, r, thread);
-    return;
-  }
-  if (writes_cannot_alias) {
-    two_pass_event<Config>(p, rows, r, 0, group, lane, norm, staging, s_sum,
-                           [&] { write_ring<Config>(p, rows, r, thread); });
-    for (int e = 1; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum, nothing);
-  } else {
-    for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum, nothing);
-    unit_sync<Config>();
+  // The head: the events whose windows may reach into the ring, then the ring writes unless the
+  // ring item runs them.
+  for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
+  if (!ring_item_writes<Config>(p, rows, r, head_events)) {
+    unit_sync<Config>();  // every read of the unit precedes the writes
     write_ring<Config>(p, rows, r, thread);
   }
 }
