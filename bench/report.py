@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Merges benchmark records (bench_*.json) with PyTorch baselines (baseline_*.json) from one run.
+"""Merges benchmark records (bench_*.json) with PyTorch baselines (baseline_*.json).
 
-Each record has a "name"; a baseline record with the same name carries "baseline_us". Writes one JSON
-report (date, commit, card, copy bandwidth, records with speed-ups) and a markdown table.
+Each record has a "name"; a baseline record with the same name carries "baseline_us". Several result
+directories may be given (oldest first): a record measured again in a later directory replaces the
+earlier one, so partial re-runs can be folded into a full table. Writes one JSON report (date, commit,
+card, sources, records with speed-ups) and a markdown table.
 """
 import argparse
 import datetime
@@ -30,27 +32,33 @@ def commit():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("results_dir")
+    parser.add_argument("results_dirs", nargs="+")
+    parser.add_argument("--card", help="card name (default: nvidia-smi)")
+    parser.add_argument("--commit", help="commit (default: git rev-parse HEAD)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--markdown", required=True)
     args = parser.parse_args()
 
-    records, baselines, extras = [], {}, {}
-    for path in sorted(glob.glob(os.path.join(args.results_dir, "bench_*.json"))):
-        records += json.load(open(path))
-    for path in sorted(glob.glob(os.path.join(args.results_dir, "baseline_*.json"))):
-        for rec in json.load(open(path)):
-            if "name" in rec and "baseline_us" in rec:
-                baselines[rec["name"]] = rec["baseline_us"]
-            else:
-                extras.update(rec)
+    by_name, baselines, extras = {}, {}, {}
+    for directory in args.results_dirs:
+        for path in sorted(glob.glob(os.path.join(directory, "bench_*.json"))):
+            for rec in json.load(open(path)):
+                rec["source"] = directory
+                by_name[(rec["bench"], rec["name"])] = rec
+        for path in sorted(glob.glob(os.path.join(directory, "baseline_*.json"))):
+            for rec in json.load(open(path)):
+                if "name" in rec and "baseline_us" in rec:
+                    baselines[rec["name"]] = rec["baseline_us"]
+                else:
+                    extras.update(rec)
+    records = list(by_name.values())
     for rec in records:
         base = baselines.get(rec["name"])
         rec["baseline_us"] = base
         rec["speedup"] = base / rec["time_us"] if base and rec["time_us"] > 0 else None
 
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit(), "card": card_name(), "extras": extras, "records": records}
+              "commit": args.commit or commit(), "card": args.card or card_name(), "sources": args.results_dirs, "extras": extras, "records": records}
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
 
