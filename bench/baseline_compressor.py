@@ -20,6 +20,8 @@ import sys
 
 import torch
 
+from torch_timing import time_us
+
 KINDS = [  # name, ratio, overlap, width, online
     ("C4-512", 4, True, 512, False),
     ("C4-128", 4, True, 128, False),
@@ -27,24 +29,6 @@ KINDS = [  # name, ratio, overlap, width, online
     ("C128-online", 128, False, 512, True),
 ]
 MAX_ROLLBACK = 8
-
-
-def time_us(fn, warmup=3, repeats=20):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0)
-    samples.sort()
-    return samples[len(samples) // 2]
 
 
 def pool_blocks(kv, score, ape, ratio, overlap, width):

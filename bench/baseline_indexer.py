@@ -12,29 +12,9 @@ import sys
 
 import torch
 
+from torch_timing import time_us
+
 HEADS, DIM = 64, 128
-FLUSH = None
-
-
-def time_us(fn, warmup=1, repeats=5):
-    """Median of CUDA-event timings, L2 flushed before each."""
-    global FLUSH
-    if FLUSH is None:
-        FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        FLUSH.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0)
-    samples.sort()
-    return samples[len(samples) // 2]
 
 
 def decode_scores(q, k, w, key_scale):
@@ -115,7 +95,7 @@ def main():
             for next_n in (1, 2, 4):
                 q = torch.randn(batch, next_n, HEADS, DIM, device=dev, dtype=torch.bfloat16)
                 w = torch.randn(batch, next_n, HEADS, device=dev)
-                us = time_us(lambda: decode_scores(q, k, w, key_scale))
+                us = time_us(lambda: decode_scores(q, k, w, key_scale), warmup=1, repeats=5)
                 add([f"scores_{f}_b{batch}_n{n}_next{next_n}" for f in ("fp8", "fp4")], us)
                 del q, w
             del k, key_scale
@@ -138,13 +118,13 @@ def main():
             q_rows = torch.randn(rows, HEADS * DIM, device=dev)
             logits = torch.randn(rows, HEADS, device=dev)
             cos, sin = torch.rand(rows, 32, device=dev), torch.rand(rows, 32, device=dev)
-            us = time_us(lambda: query_prep(q_rows, logits, cos, sin, h_matrix, fp8))
+            us = time_us(lambda: query_prep(q_rows, logits, cos, sin, h_matrix, fp8), warmup=1, repeats=5)
             add([f"query_{name}_rows{rows}"], us)
 
     for batch, n, k in [(b, n, 512) for b in (1, 32, 128) for n in (16384, 65536, 262144)] + \
                        [(1, 262144, 1024), (128, 65536, 1024), (1, 262144, 2048), (128, 65536, 2048)]:
         scores = torch.randn(batch, n, device=dev)
-        us = time_us(lambda: torch.topk(scores, k, dim=-1), repeats=10)
+        us = time_us(lambda: torch.topk(scores, k, dim=-1), warmup=1, repeats=10)
         add([f"topk_b{batch}_n{n}_k{k}"], us)
 
     with open(os.path.join(out_dir, "baseline_indexer.json"), "w") as f:

@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from torch_timing import time_us
+
 PER_PAGE = 64
 POOL_PAGES = 4096
 DATA = 576  # 448 e4m3 + 64 bf16 per entry
@@ -53,24 +55,6 @@ def attention(q, window_pool, compressed_pool, window_slots, compressed_slots, s
     return torch.einsum("rhn,rnd->rhd", probs.to(torch.bfloat16), entries)
 
 
-def time_us(fn, warmup=3, repeats=10):
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) * 1000.0)
-    samples.sort()
-    return samples[len(samples) // 2]
-
-
 def cases():
     for heads in (64, 128):
         for k in (512, 1024, 2048):
@@ -96,7 +80,7 @@ def main():
         sink = torch.rand(heads, device="cuda", generator=generator) * 3 - 1
         with torch.no_grad():
             us = time_us(lambda: attention(q, window_pool, compressed_pool, window_slots, compressed_slots, sink),
-                         repeats=5 if rows >= 4096 else 10)
+                         warmup=3, repeats=5 if rows >= 4096 else 10)
         records.append({"name": name, "baseline_us": us})
         print(f"{name:40s} {us:10.1f} us", flush=True)
         del q, window_slots, compressed_slots
