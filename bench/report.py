@@ -30,6 +30,44 @@ def commit():
         return os.environ.get("DSV4_COMMIT", "unknown")
 
 
+# The issues' targets on the H200: (bench, case-name prefix, what is compared, bound, label).
+# "ratio" is the fraction of the ceiling, "time" microseconds (≤), "value" the metric (≥).
+TARGETS = [
+    ("bench_compressor", "prefill C4-512 T=262144", "ratio", 0.90, "C4-512 prefill 256K ≥ 90% copy"),
+    ("bench_compressor", "prefill C4-128 T=262144", "ratio", 0.90, "C4-128 prefill 256K ≥ 90% copy"),
+    ("bench_compressor", "prefill C128 T=262144", "ratio", 0.90, "C128 prefill 256K ≥ 90% copy"),
+    ("bench_compressor", "prefill C128-online T=262144", "ratio", 0.90, "online C128 prefill 256K ≥ 90% copy"),
+    ("bench_compressor", "decode C4-512 B=256 n=1", "time", 8.0, "C4-512 decode B=256 ≤ 8 µs"),
+    ("bench_compressor", "decode C4-128 B=256 n=1", "time", 8.0, "C4-128 decode B=256 ≤ 8 µs"),
+    ("bench_compressor", "decode C128 B=256 n=1", "time", 8.0, "C128 decode B=256 ≤ 8 µs"),
+    ("bench_compressor", "decode C128-online B=256 n=1", "time", 8.0, "online C128 decode B=256 ≤ 8 µs"),
+    ("bench_indexer", "scores_fp8_b1_n262144_next1", "ratio", 0.80, "FP8 scores B=1 N=256K ≥ 80% copy"),
+    ("bench_indexer", "scores_fp4_b1_n262144_next1", "time", 7.0, "FP4 scores B=1 N=256K ≈ 7 µs"),
+    ("bench_indexer", "prefill_fp8_t65536", "value", 600.0, "FP8 prefill scores T=64K ≥ 600 TFLOP/s"),
+    ("bench_topk", "topk_b1_n262144_k512", "time", 10.0, "top-512 B=1 N=256K ≤ 10 µs"),
+    ("bench_topk", "topk_b128_n65536_k512", "time", 80.0, "top-512 B=128 N=64K ≤ 80 µs"),
+    ("bench_sparse_attention", "decode_B128_H64_N640_nn1", "value", 400.0, "attention B=128 H=64 640 ≥ 400 TFLOP/s"),
+    ("bench_sparse_attention", "decode_B1_H64_N640_nn1", "time", 12.0, "attention B=1 H=64 640 ≤ 12 µs"),
+    ("bench_sparse_attention", "prefill_T4096_H64_N640", "value", 550.0, "attention prefill T=4096 ≥ 550 TFLOP/s"),
+]
+
+
+def target_rows(records):
+    rows = ["| target | measured | met |", "|---|---:|---|"]
+    for bench, prefix, kind, bound, label in TARGETS:
+        rec = next((r for r in records if r["bench"] == bench and r["name"].startswith(prefix)), None)
+        if rec is None:
+            continue
+        if kind == "time":
+            shown, met = f"{rec['time_us']:.1f} µs", rec["time_us"] <= bound
+        elif kind == "ratio":
+            shown, met = f"{100 * rec['ratio']:.0f}% ({rec['time_us']:.1f} µs)", rec["ratio"] >= bound
+        else:
+            shown, met = f"{rec['value']:.0f} {rec['metric']} ({rec['time_us']:.1f} µs)", rec["value"] >= bound
+        rows.append(f"| {label} | {shown} | {'yes' if met else 'no'} |")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("results_dirs", nargs="+")
@@ -37,6 +75,7 @@ def main():
     parser.add_argument("--commit", help="commit (default: git rev-parse HEAD)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--markdown", required=True)
+    parser.add_argument("--targets", help="also write the targets table here (markdown)")
     args = parser.parse_args()
 
     by_name, baselines, extras = {}, {}, {}
@@ -73,6 +112,9 @@ def main():
     with open(args.markdown, "w") as f:
         f.write(f"Card: {report['card']}, commit {report['commit']}, {report['date']}\n\n")
         f.write("\n".join(lines) + "\n")
+    if args.targets:
+        with open(args.targets, "w") as f:
+            f.write("\n".join(target_rows(records)) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/kernels.hpp"
 #include "cuda/compressor/params.hpp"
+#include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 #include "dsv4/rope.hpp"
 
@@ -21,10 +22,6 @@ namespace {
 
 using compressor::KernelParams;
 using compressor::StepRequest;
-
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error("device", std::string(what) + ": " + cudaGetErrorString(status));
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

@@ -5,6 +5,7 @@
 
 #include "cuda/indexer/params.hpp"
 #include "cuda/indexer/query_kernel.cuh"
+#include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
@@ -19,7 +20,7 @@ void prepare_indexer_queries(const IndexerQueryPrepParams& p, void* stream) {
   else
     query_kernel<IndexerKeyFormat::FP4><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
   const cudaError_t status = cudaGetLastError();
-  require(status == cudaSuccess, "device", std::string("indexer query kernel launch: ") + cudaGetErrorString(status));
+  check_cuda(status, "indexer query kernel launch");
 }
 
 }  // namespace dsv4::cuda

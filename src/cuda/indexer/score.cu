@@ -7,18 +7,10 @@
 #include "cuda/indexer/params.hpp"
 #include "cuda/indexer/score_config.hpp"
 #include "cuda/indexer/score_launch.hpp"
+#include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
-
-namespace {
-int multiprocessors() {
-  int device = 0, count = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  return count > 0 ? count : 1;
-}
-}  // namespace
 
 void indexer_scores(const IndexerScoreParams& p, void* stream) {
   using namespace indexer_score;
@@ -26,7 +18,7 @@ void indexer_scores(const IndexerScoreParams& p, void* stream) {
   require(tiles <= 0x7fffffff, "q.codes", "too many query rows for one launch");
   // Aim at one wave of two CTAs per SM over the tile × column work; each CTA takes 1 to 4 full
   // steps of 512 keys (fewer, larger chunks waste less on tiles whose rows see little).
-  const std::int64_t slots = 2 * static_cast<std::int64_t>(multiprocessors());
+  const std::int64_t slots = 2 * static_cast<std::int64_t>(multiprocessor_count());
   const std::int64_t cols = p.num_cols;
   std::int64_t chunk = (cols * tiles + slots - 1) / slots;
   chunk = (chunk + kKeysPerCtaStep - 1) / kKeysPerCtaStep * kKeysPerCtaStep;
@@ -39,7 +31,7 @@ void indexer_scores(const IndexerScoreParams& p, void* stream) {
   if (p.format == IndexerKeyFormat::FP8) launch_fp8(p, grid, static_cast<int>(chunk), shared, s);
   else launch_fp4(p, grid, static_cast<int>(chunk), shared, s);
   const cudaError_t status = cudaGetLastError();
-  require(status == cudaSuccess, "device", std::string("indexer score kernel launch: ") + cudaGetErrorString(status));
+  check_cuda(status, "indexer score kernel launch");
 }
 
 }  // namespace dsv4::cuda

@@ -6,20 +6,11 @@
 // 64 heads), small ones smaller tiles to put more thread blocks on the 132 SMs.
 #include <cuda_runtime.h>
 
+#include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
 #include "cuda/sparse_attention/params.hpp"
 
 namespace dsv4::cuda {
-
-namespace {
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0)
-    return 132;
-  return count;
-}
-}  // namespace
 
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/sparse_attention/kernel.cuh"
+#include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda::sparse_attention {
@@ -19,17 +20,13 @@ void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
   // The opt-in shared memory size is a per-function attribute: set once per process.
   static const cudaError_t configured = cudaFuncSetAttribute(
       sparse_attention_kernel<kHeadTile>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
-  if (configured != cudaSuccess)
-    throw Error("device", std::string("cannot reserve shared memory for sparse attention: ") +
-                              cudaGetErrorString(configured));
+  check_cuda(configured, "cannot reserve shared memory for sparse attention");
   const long long head_tiles = (params.num_heads + kHeadTile - 1) / kHeadTile;
   const long long blocks = static_cast<long long>(params.num_rows) * head_tiles * params.num_splits;
   if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
   sparse_attention_kernel<kHeadTile>
       <<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(params);
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess)
-    throw Error("device", std::string("sparse attention launch failed: ") + cudaGetErrorString(launched));
+  check_cuda(cudaGetLastError(), "sparse attention launch failed");
 }
 
 // One explicit instantiation per head tile lives in instantiate_h{16,32,64}.cu.

@@ -6,18 +6,12 @@
 
 #include "cuda/topk/params.hpp"
 #include "cuda/topk/topk_kernel.cuh"
+#include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
 
 namespace {
-
-int multiprocessors() {
-  int device = 0, count = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  return count > 0 ? count : 1;
-}
 
 void set_cluster(cudaLaunchConfig_t& config, cudaLaunchAttribute& attribute, int cluster_size) {
   attribute.id = cudaLaunchAttributeClusterDimension;
@@ -77,7 +71,7 @@ void indexer_topk(const TopkParams& p, void* stream) {
   int cs = 1;
   while (static_cast<std::int64_t>(cs) * kThreads * kMaxPerThread < p.num_cols) cs *= 2;
   require(cs <= kMaxPortableCluster, "scores", "rows are too wide for one cluster");
-  const std::int64_t sms = multiprocessors();
+  const std::int64_t sms = multiprocessor_count();
   const int widest = p.num_rows * kMaxCluster <= sms && sixteen_cta_clusters() ? kMaxCluster : kMaxPortableCluster;
   while (cs < widest && 2 * p.num_rows * cs <= sms && p.num_cols >= 2 * cs * 2048) cs *= 2;
   const std::int64_t per_cta = (p.num_cols + cs - 1) / cs;
@@ -85,7 +79,7 @@ void indexer_topk(const TopkParams& p, void* stream) {
   require(p.num_rows * cs <= 0x7fffffff, "scores", "too many rows for one launch");
   launch(p, cs, per_thread, static_cast<cudaStream_t>(stream));
   const cudaError_t status = cudaGetLastError();
-  require(status == cudaSuccess, "device", std::string("top-k kernel launch: ") + cudaGetErrorString(status));
+  check_cuda(status, "top-k kernel launch");
 }
 
 }  // namespace dsv4::cuda
