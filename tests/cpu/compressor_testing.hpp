@@ -12,6 +12,7 @@
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "dsv4/compressor.hpp"
@@ -45,6 +46,17 @@ inline CompressorSpec make_spec(int ratio, bool overlap, EntryKind output, bool 
   spec.max_positions = 1 << 20;
   return spec;
 }
+
+// A named compressor configuration for parameterized suites (CPU and GPU share the case type).
+struct SpecCase {
+  const char* name;
+  int ratio;
+  bool overlap;
+  EntryKind output;
+  bool online;
+};
+inline std::string spec_case_name(const ::testing::TestParamInfo<SpecCase>& info) { return info.param.name; }
+inline CompressorSpec spec_of(const SpecCase& c) { return make_spec(c.ratio, c.overlap, c.output, c.online); }
 
 // One request's inputs: T rows of kv and score (score without ape), ape and norm, random.
 struct Stream {

@@ -11,17 +11,7 @@ namespace {
 
 using namespace compressor_testing;
 
-struct Case {
-  const char* name;
-  int ratio;
-  bool overlap;
-  EntryKind output;
-  bool online;
-};
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
-
-CompressorSpec spec_of(const Case& c) { return make_spec(c.ratio, c.overlap, c.output, c.online); }
+using Case = SpecCase;
 
 // The model's compressors plus other ratios (nothing may hard-wire 4 or 128).
 const Case kCases[] = {
@@ -140,7 +130,7 @@ TEST_P(CompressorCases, ShortStreamsAndTheFirstBlock) {
   EXPECT_NE(comp.cache().host_bytes(), zero_cache);
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, CompressorCases, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Specs, CompressorCases, ::testing::ValuesIn(kCases), spec_case_name);
 
 // SPEC §4: the online recurrence equals the two-pass softmax to float32 rounding.
 TEST(CompressorOnline, AgreesWithTwoPassWithin1e5) {

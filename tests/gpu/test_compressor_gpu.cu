@@ -27,14 +27,7 @@ using namespace compressor_testing;
 
 // ---- cases ---------------------------------------------------------------------------------------
 
-struct Case {
-  const char* name;
-  int ratio;
-  bool overlap;
-  EntryKind output;
-  bool online;
-};
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name; }
+using Case = SpecCase;
 
 // The model's compressors (attention width 512, indexer width 128), the indexer-width variants of
 // the long-window kernels, and other ratios (nothing hard-wires 4 or 128).
@@ -54,7 +47,7 @@ const Case kCases[] = {
 
 class CompressorGpu : public ::testing::TestWithParam<Case> {
  protected:
-  CompressorSpec spec() const { return make_spec(GetParam().ratio, GetParam().overlap, GetParam().output, GetParam().online); }
+  CompressorSpec spec() const { return spec_of(GetParam()); }
 };
 
 // ---- helpers ---------------------------------------------------------------------------------------
@@ -850,7 +843,7 @@ TEST(CompressorGpuProjection, MatchesAHostProduct) {
   expect_error_naming("rows", [&] { project_rows(x_dev.view(), w_dev.view(), x_dev.view()); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CompressorGpu, ::testing::ValuesIn(kCases), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CompressorGpu, ::testing::ValuesIn(kCases), spec_case_name);
 
 }  // namespace
 }  // namespace dsv4
