@@ -13,6 +13,7 @@
 #include "dsv4/entry_codec.hpp"
 #include "dsv4/formats.hpp"
 #include "dsv4/sparse_attention.hpp"
+#include "testing/attention_pool.hpp"
 #include "testing/testing.hpp"
 
 namespace dsv4 {
@@ -21,25 +22,10 @@ namespace {
 using F = AttentionEntryFormat;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// A pool of random entries (values over several binades, so blocks get different scales).
-struct Pool {
-  int per_page = 0, num_pages = 0;
-  std::vector<std::uint8_t> bytes;
-
-  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : per_page(per_page_), num_pages(num_pages_) {
-    bytes.assign(static_cast<std::size_t>(F::page_bytes(per_page) * num_pages), 0);
-    for (int slot = 0; slot < per_page * num_pages; ++slot) {
-      std::vector<float> v = testing::random_normal(rng, F::kDim);
-      for (int k = 0; k < F::kDim; ++k) v[k] = round_to_bf16(v[k] * std::ldexp(1.0f, (k / 64 + slot) % 5 - 2));
-      encode_attention_entry(v.data(), bytes.data() + (slot / per_page) * F::page_bytes(per_page), slot % per_page,
-                             per_page);
-    }
-  }
-  std::int64_t slots() const { return static_cast<std::int64_t>(per_page) * num_pages; }
-  AttentionPoolView view() const {
-    return {TensorView{const_cast<std::uint8_t*>(bytes.data()), DType::U8, {num_pages, F::page_bytes(per_page)}},
-            per_page};
-  }
+// A pool of random entries that can also read its values back without the entry codec.
+struct Pool : testing::RandomAttentionPool {
+  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : RandomAttentionPool(rng, per_page_, num_pages_, 5) {}
+  AttentionPoolView view() const { return host_view(); }
   // Decodes value k of a slot straight from the bytes, without the entry codec.
   double value(int slot, int k) const {
     const std::uint8_t* page = bytes.data() + (slot / per_page) * F::page_bytes(per_page);

@@ -18,6 +18,7 @@
 #include "dsv4/formats.hpp"
 #include "dsv4/sparse_attention.hpp"
 #include "dsv4/tensor.hpp"
+#include "testing/attention_pool.hpp"
 #include "testing/testing.hpp"
 
 namespace dsv4 {
@@ -27,26 +28,11 @@ using F = AttentionEntryFormat;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // A pool of random entries on the host and its copy on the GPU.
-struct Pool {
-  int per_page = 0, num_pages = 0;
-  std::vector<std::uint8_t> bytes;
+struct Pool : testing::RandomAttentionPool {
   Tensor device;
 
-  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : per_page(per_page_), num_pages(num_pages_) {
-    bytes.assign(static_cast<std::size_t>(F::page_bytes(per_page) * num_pages), 0);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> v(F::kDim);
-    for (int slot = 0; slot < per_page * num_pages; ++slot) {
-      for (int k = 0; k < F::kDim; ++k) v[k] = round_to_bf16(normal(rng) * std::ldexp(1.0f, (k / 64 + slot) % 7 - 3));
-      encode_attention_entry(v.data(), bytes.data() + (slot / per_page) * F::page_bytes(per_page), slot % per_page,
-                             per_page);
-    }
+  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : RandomAttentionPool(rng, per_page_, num_pages_, 7) {
     device = Tensor::from_host(DType::U8, {num_pages, F::page_bytes(per_page)}, bytes.data(), Device::CUDA);
-  }
-  int slots() const { return per_page * num_pages; }
-  AttentionPoolView host_view() const {
-    return {TensorView{const_cast<std::uint8_t*>(bytes.data()), DType::U8, {num_pages, F::page_bytes(per_page)}},
-            per_page};
   }
   AttentionPoolView device_view() const { return {device.view(), per_page}; }
 };
