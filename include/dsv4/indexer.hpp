@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "dsv4/cache_format.hpp"
+#include "dsv4/formats.hpp"  // DSV4_HD
 #include "dsv4/tensor.hpp"
 
 namespace dsv4 {
@@ -50,6 +51,18 @@ struct IndexerKeyCacheView {
   IndexerEntryFormat format;
   int entries_per_page = 64;  // P / m
 };
+
+// The request of query `row` in a ragged batch: the last b with query_start[b] ≤ row (binary search
+// over query_start [num_requests + 1]). Host and device (the reference and the kernels share it).
+DSV4_HD int request_of_row(const std::int32_t* query_start, int num_requests, std::int64_t row) {
+  int lo = 0, hi = num_requests - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
 
 // Which request each query row belongs to and what it sees.
 struct IndexerRowsView {

@@ -13,16 +13,6 @@
 
 namespace dsv4::ref {
 
-int request_of_row(const std::int32_t* query_start, int num_requests, std::int64_t row) {
-  int lo = 0, hi = num_requests - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 void prepare_indexer_queries(const IndexerQueryPrepCall& call) {
   const int dim = call.format.dim;
   const int data_bytes = call.format.data_bytes();

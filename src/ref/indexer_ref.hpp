@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dsv4/cache_format.hpp"
+#include "dsv4/indexer.hpp"  // request_of_row
 
 namespace dsv4::ref {
 
@@ -70,8 +71,5 @@ struct IndexerTopkCall {
 
 // Ranks by (topk_order_key desc, entry asc), keeps the first K, writes them in ascending order.
 void indexer_topk(const IndexerTopkCall& call);
-
-// Request of `row` through query_start (the last b with query_start[b] ≤ row).
-int request_of_row(const std::int32_t* query_start, int num_requests, std::int64_t row);
 
 }  // namespace dsv4::ref

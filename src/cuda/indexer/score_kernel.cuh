@@ -22,19 +22,9 @@
 #include "cuda/indexer/ptx_sm90.cuh"
 #include "cuda/indexer/score_config.hpp"
 #include "dsv4/formats.hpp"
+#include "dsv4/indexer.hpp"  // request_of_row
 
 namespace dsv4::cuda::indexer_score {
-
-// Request of `row`: the last b with query_start[b] ≤ row.
-__device__ __forceinline__ int request_of_row(const std::int32_t* query_start, int num_requests, std::int64_t row) {
-  int lo = 0, hi = num_requests - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (query_start[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
 
 // Shared-memory position of chunk c of head h: flipping bit 2 of the chunk on odd heads puts the
 // two heads a quarter-warp reads in different banks.
