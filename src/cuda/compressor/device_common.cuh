@@ -85,6 +85,17 @@ __device__ __forceinline__ float lanes_max(float v) {
 
 // ---- work items ------------------------------------------------------------------------------
 
+// Request r of the step and entry page i of the step (params.hpp), from the parameters when the
+// launch put them there.
+__device__ __forceinline__ StepRequest step_request(const KernelParams& p, std::int64_t r) {
+  if (p.metadata_inline) return reinterpret_cast<const StepRequest*>(p.inline_metadata)[r];
+  return p.requests[r];
+}
+__device__ __forceinline__ std::int32_t step_page(const KernelParams& p, std::int64_t i) {
+  if (p.metadata_inline) return reinterpret_cast<const std::int32_t*>(p.inline_metadata + p.inline_pages_offset)[i];
+  return p.pages[i];
+}
+
 // The request owning work item `item`: item_begin[r] ≤ item < item_begin[r + 1].
 __device__ __forceinline__ int request_of_item(const KernelParams& p, std::int64_t item) {
   if (p.one_item_per_request) return static_cast<int>(item);
@@ -108,7 +119,7 @@ struct ItemPlace {
 __device__ __forceinline__ ItemPlace locate_item(const KernelParams& p, std::int64_t item) {
   const int r = request_of_item(p, item);
   ItemPlace place;
-  place.request = p.requests[r];
+  place.request = step_request(p, r);
   place.index = p.one_item_per_request ? 0 : item - p.item_begin[r];
   return place;
 }
@@ -126,7 +137,7 @@ __device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const
   t.entry = r.prefix / p.ratio + event;
   t.event_row = r.first_event + event;
   const std::int64_t logical_page = t.entry / p.entries_per_page;
-  const std::int32_t physical = p.pages[r.page_offset + (logical_page - r.first_page)];
+  const std::int32_t physical = step_page(p, r.page_offset + (logical_page - r.first_page));
   t.index_in_page = static_cast<int>(t.entry - logical_page * p.entries_per_page);
   t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
   t.cache_slot = physical * p.entries_per_page + t.index_in_page;

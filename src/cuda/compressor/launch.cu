@@ -109,7 +109,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
 }
 
 void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, const void* device_layout,
-                          void* stream) {
+                          void* stream, StepMetadata metadata) {
   if (layout.num_items == 0) return;
   const CompressorSpec& spec = *a.spec;
   KernelParams p;
@@ -136,6 +136,18 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
   p.num_items = layout.num_items;
+  // Decode steps small enough travel in the parameters: [requests | pad to 16 | pages] (no item_begin:
+  // one item per request needs no search).
+  const std::size_t request_bytes = static_cast<std::size_t>(layout.num_requests) * sizeof(StepRequest);
+  const std::size_t page_bytes = layout.bytes.size() - layout.pages_offset;
+  const std::size_t inline_pages_offset = align16(request_bytes);
+  if (metadata == StepMetadata::InParametersWhenSmall && layout.one_item_per_request &&
+      inline_pages_offset + page_bytes <= sizeof(p.inline_metadata)) {
+    p.metadata_inline = 1;
+    p.inline_pages_offset = static_cast<std::int32_t>(inline_pages_offset);
+    std::memcpy(p.inline_metadata, layout.bytes.data(), request_bytes);
+    std::memcpy(p.inline_metadata + inline_pages_offset, layout.bytes.data() + layout.pages_offset, page_bytes);
+  }
   p.ring_items = spec.online ? 0 : layout.num_requests;
   p.ratio = spec.ratio;
   p.overlap = spec.overlap ? 1 : 0;

@@ -39,11 +39,21 @@ struct CompressStepLayout {
 //   Error("batch")  when the step has more work items than one grid holds (2^31 − 1).
 CompressStepLayout plan_compress_step(const ref::CompressArgs& args);
 
+// How the kernel reads a step's metadata.
+enum class StepMetadata {
+  // From the kernel parameters when it fits (decode steps of up to 64 requests, one page each),
+  // else from device_layout. A captured graph then replays the metadata of the captured step.
+  InParametersWhenSmall,
+  // Always from device_layout (a serving loop that rewrites device_layout between replays of one
+  // captured graph needs this).
+  InDeviceMemory,
+};
+
 // Launches the step on `stream` (a cudaStream_t; null = the default stream). `device_layout` holds a
 // copy of layout.bytes (16-byte aligned) and must stay valid until the kernel has run.
 // Throws Error("device") when the launch fails.
 void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, const void* device_layout,
-                          void* stream);
+                          void* stream, StepMetadata metadata = StepMetadata::InParametersWhenSmall);
 
 // plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.
 void run_compress(const ref::CompressArgs& args, void* stream = nullptr);

@@ -23,6 +23,11 @@ namespace dsv4::cuda::compressor {
 // RoPE pairs the kernel parameters carry (r/2 ≤ 64, i.e. rope_dim ≤ 128).
 inline constexpr int kMaxRopePairs = 64;
 
+// Bytes of step metadata the kernel parameters can carry (KernelParams::inline_metadata): a decode
+// step of up to 64 requests with one entry page each ([StepRequest × N | int32 pages], 52 B per
+// request), keeping the parameters within the classic 4 KB.
+inline constexpr int kInlineMetadataBytes = 3392;
+
 // One request of a step that brings at least one token. 48 bytes.
 struct StepRequest {
   std::int64_t prefix = 0;       // tokens before this step = position of its first new row
@@ -69,6 +74,12 @@ struct KernelParams {
   // Two-pass kernels: one ring item per request after the other items (item num_items + i writes
   // request i's ring when that can run in parallel with its head, two_pass.cuh); 0 for online.
   std::int64_t ring_items = 0;
+  // Small decode steps (one item per request): the requests and pages travel in the parameters
+  // (constant bank, written by the launch), so a unit's first load does not wait on a DRAM miss.
+  // 1: requests at inline_metadata[0], pages at inline_metadata[inline_pages_offset]; the pointers
+  // above are then not read.
+  std::int32_t metadata_inline = 0;
+  std::int32_t inline_pages_offset = 0;
   // The compressor.
   std::int32_t ratio = 0;         // m
   std::int32_t overlap = 0;       // 1: b branch over block n−1 (coff = 2)
@@ -77,6 +88,8 @@ struct KernelParams {
   OutputKind output = OutputKind::Attention;
   double eps = 0;                 // RMSNorm eps
   float rope_frequencies[kMaxRopePairs] = {};  // f_i, float32, as RopeTable::frequencies()
+  alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages]
 };
+static_assert(sizeof(KernelParams) <= 4096, "kernel parameters stay within the classic 4 KB");
 
 }  // namespace dsv4::cuda::compressor

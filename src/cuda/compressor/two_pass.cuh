@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
   if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
   if (item >= p.num_items) {  // a ring item
-    const StepRequest r = p.requests[item - p.num_items];
+    const StepRequest r = step_request(p, item - p.num_items);
     const RingRows rows(p, r);
     if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
     return;
