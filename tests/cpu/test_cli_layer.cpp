@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -26,9 +27,10 @@ std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// x [T, D] of the tiny preset, N(0, 1), as F32 or BF16.
-std::string write_input(const std::string& dir, std::mt19937_64& rng, std::int64_t T, DType dtype) {
-  const int D = preset_config("tiny").hidden_size;
+// x [T, D] of a preset (tiny unless named), N(0, 1), as F32 or BF16.
+std::string write_input(const std::string& dir, std::mt19937_64& rng, std::int64_t T, DType dtype,
+                        const std::string& config = "tiny") {
+  const int D = preset_config(config).hidden_size;
   std::vector<float> x = testing::random_normal(rng, static_cast<std::size_t>(T * D));
   SafetensorsWriter w;
   if (dtype == DType::F32) {
@@ -43,10 +45,11 @@ std::string write_input(const std::string& dir, std::mt19937_64& rng, std::int64
   return path;
 }
 
-std::string make_weights(const std::string& dir, int layer, std::uint64_t seed) {
+std::string make_weights(const std::string& dir, int layer, std::uint64_t seed, const std::string& config = "tiny") {
   const std::string path = dir + "/w" + std::to_string(layer) + ".safetensors";
   std::string out;
-  EXPECT_EQ(testing::run_command(cli() + " make-weights --config tiny --layer " + std::to_string(layer) + " --seed " +
+  EXPECT_EQ(testing::run_command(cli() + " make-weights --config " + config + " --layer " + std::to_string(layer) +
+                                     " --seed " +
                                      std::to_string(seed) + " --out " + path,
                                  &out),
             0)
@@ -54,9 +57,9 @@ std::string make_weights(const std::string& dir, int layer, std::uint64_t seed) 
   return path;
 }
 
-int run_layer(const std::string& args, std::string* output = nullptr) {
+int run_layer(const std::string& args, std::string* output = nullptr, const std::string& config = "tiny") {
   std::string out;
-  const int rc = testing::run_command(cli() + " run-layer --config tiny " + args, &out);
+  const int rc = testing::run_command(cli() + " run-layer --config " + config + " " + args, &out);
   if (output) *output = out;
   return rc;
 }
@@ -70,6 +73,40 @@ std::string random_chunks(std::mt19937_64& rng, std::int64_t T) {
     left -= n;
   }
   return text;
+}
+
+// The published Flash sizes (D 4096, 64 heads, K 512) on a CSA layer, a few tokens: the contract's
+// shapes, and the same bytes in one chunk or three.
+TEST(CliRunLayer, FlashCsaLayerFollowsTheContract) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::string dir = testing::temp_dir();
+  const ModelConfig flash = preset_config("flash");
+  const int layer = 2;
+  ASSERT_EQ(layer_config(flash, layer).ratio, 4);
+  const std::int64_t T = 9;
+  const std::string x = write_input(dir, rng, T, DType::BF16, "flash");
+  const std::string w = make_weights(dir, layer, rng(), "flash");
+  const std::string base = "--layer " + std::to_string(layer) + " --weights " + w + " --in " + x;
+  std::string log;
+  ASSERT_EQ(run_layer(base + " --out " + dir + "/one.safetensors", &log, "flash"), 0) << log;
+  ASSERT_EQ(run_layer(base + " --chunks 4,1,4 --out " + dir + "/three.safetensors", &log, "flash"), 0) << log;
+  const SafetensorsFile one = SafetensorsFile::open(dir + "/one.safetensors");
+  const SafetensorsFile three = SafetensorsFile::open(dir + "/three.safetensors");
+  EXPECT_EQ(one.info("y").shape, (Shape{T, flash.hidden_size}));
+  EXPECT_EQ(one.info("attn").shape, (Shape{T, flash.num_heads, flash.head_dim}));
+  EXPECT_EQ(one.info("topk").shape, (Shape{T, flash.index_topk}));
+  for (const char* name : {"y", "attn", "topk"}) {
+    const auto a = one.info(name).bytes, b = three.info(name).bytes;
+    ASSERT_EQ(a.size(), b.size()) << name;
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin())) << name << " differs between chunkings";
+  }
+  const Tensor y = one.read_float("y");
+  double sum_squares = 0;
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(y.data_as<float>()[i]));
+    sum_squares += static_cast<double>(y.data_as<float>()[i]) * y.data_as<float>()[i];
+  }
+  EXPECT_GT(sum_squares, 0.0);
 }
 
 TEST(CliRunLayer, OutputsFollowTheContractAndAreIdenticalForAnyChunks) {
