@@ -85,6 +85,30 @@ inline double copy_bandwidth_gbs() {
   return 2.0 * static_cast<double>(bytes) / (us * 1e-6) / 1e9;
 }
 
+// Which cases a run measures: every case when no filter is given, else those whose name contains
+// one of the filters (command-line arguments after the results directory, each possibly a
+// comma-separated list), so a short device run can re-measure only what it needs.
+class CaseFilter {
+ public:
+  CaseFilter(int argc, char** argv, int first) {
+    for (int i = first; i < argc; ++i) {
+      const std::string arg = argv[i];
+      for (std::size_t begin = 0; begin <= arg.size();) {
+        const std::size_t end = std::min(arg.find(',', begin), arg.size());
+        if (end > begin) parts_.push_back(arg.substr(begin, end - begin));
+        begin = end + 1;
+      }
+    }
+  }
+  bool wants(const std::string& name) const {
+    return parts_.empty() || std::any_of(parts_.begin(), parts_.end(),
+                                         [&](const std::string& part) { return name.find(part) != std::string::npos; });
+  }
+
+ private:
+  std::vector<std::string> parts_;
+};
+
 // Collects records and writes <out_dir>/<name>.json.
 class Report {
  public:

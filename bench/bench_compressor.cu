@@ -347,19 +347,6 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
               upload_us, in_memory_us);
 }
 
-// Whether case `name` is wanted: every case without filters, else those containing one of the
-// comma-separated filters (a short device run can re-measure only what it needs).
-bool wanted(const std::string& name, const std::string& filters) {
-  if (filters.empty()) return true;
-  std::size_t begin = 0;
-  while (begin <= filters.size()) {
-    const std::size_t end = std::min(filters.find(',', begin), filters.size());
-    if (end > begin && name.find(filters.substr(begin, end - begin)) != std::string::npos) return true;
-    begin = end + 1;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,14 +354,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s RESULTS_DIR [FILTER,...]\n", argv[0]);
     return 2;
   }
-  const std::string filters = argc > 2 ? argv[2] : "";
+  const bench::CaseFilter filter(argc, argv, 2);
   const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("copy bandwidth: %.1f GB/s\n", copy_gbs);
   bench::Report report("bench_compressor", argv[1]);
   std::map<std::string, Prefill8K> first_8k;
   for (const Kind& kind : kKinds) {
     const auto prefill_wanted = [&](std::int64_t tokens) {
-      return wanted(std::string("prefill ") + kind.name + " T=" + std::to_string(tokens), filters);
+      return filter.wants(std::string("prefill ") + kind.name + " T=" + std::to_string(tokens));
     };
     // The 64K/256K checks compare with the 8K run: it runs whenever a larger one does.
     const bool any_prefill = prefill_wanted(8192) || prefill_wanted(65536) || prefill_wanted(262144);
@@ -387,7 +374,7 @@ int main(int argc, char** argv) {
       for (const int requests : {1, 8, 64, 256, 1024}) {
         const std::string name = std::string("decode ") + kind.name + " B=" + std::to_string(requests) + " n=" +
                                  std::to_string(new_tokens);
-        if (wanted(name, filters)) decode_case(report, kind, requests, new_tokens, copy_gbs);
+        if (filter.wants(name)) decode_case(report, kind, requests, new_tokens, copy_gbs);
       }
     }
   }

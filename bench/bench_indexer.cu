@@ -205,14 +205,6 @@ std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
 }
 
 // The cases asked for on the command line: all when no name part is given.
-struct Selection {
-  std::vector<std::string> parts;
-  bool wants(const std::string& name) const {
-    return parts.empty() ||
-           std::any_of(parts.begin(), parts.end(), [&](const std::string& part) { return name.find(part) != name.npos; });
-  }
-};
-
 void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, const Pool& pool) {
   const std::int64_t rows = static_cast<std::int64_t>(c.batch) * c.next_n;
   Queries queries(c.format, rows, 1234 + rows);
@@ -332,7 +324,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   bench::Report report("bench_indexer", argv[1]);
-  const Selection selection{std::vector<std::string>(argv + 2, argv + argc)};
+  const bench::CaseFilter filter(argc, argv, 2);
   const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("copy bandwidth %.0f GB/s\n", copy_gbs);
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4}) {
@@ -340,17 +332,17 @@ int main(int argc, char** argv) {
     for (int batch : {1, 32, 128})
       for (std::int64_t n : {16384, 65536, 262144})
         for (int next_n : {1, 2, 4})
-          if (selection.wants(decode_name({f, batch, n, next_n}))) cases.push_back({f, batch, n, next_n});
+          if (filter.wants(decode_name({f, batch, n, next_n}))) cases.push_back({f, batch, n, next_n});
     if (cases.empty()) continue;
     const Pool pool(f, 128, 262144, 7 + static_cast<int>(f));  // 128 requests × 256K entries: every decode case
     for (const DecodeCase& c : cases) run_decode(report, c, copy_gbs, pool);
   }
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
     for (std::int64_t t : {8192, 65536})
-      if (selection.wants(prefill_name(f, t))) run_prefill(report, f, t);
+      if (filter.wants(prefill_name(f, t))) run_prefill(report, f, t);
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4})
     for (std::int64_t rows : {1, 128, 65536})
-      if (selection.wants(query_name(f, rows)))
+      if (filter.wants(query_name(f, rows)))
         run_query_prep(report, f, rows, copy_gbs);
   report.write();
   return 0;

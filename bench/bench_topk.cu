@@ -113,14 +113,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   bench::Report report("bench_topk", argv[1]);
-  const std::vector<std::string> parts(argv + 2, argv + argc);
+  const bench::CaseFilter filter(argc, argv, 2);
   const double copy_gbs = bench::copy_bandwidth_gbs();
   const auto run = [&](int batch, std::int64_t n, int k) {
     const std::string name = case_name(batch, n, k);
-    if (parts.empty() || std::any_of(parts.begin(), parts.end(), [&](const std::string& part) {
-          return name.find(part) != name.npos;
-        }))
-      run_case(report, batch, n, k, copy_gbs);
+    if (filter.wants(name)) run_case(report, batch, n, k, copy_gbs);
   };
   for (int batch : {1, 32, 128})
     for (std::int64_t n : {16384, 65536, 262144}) run(batch, n, 512);
