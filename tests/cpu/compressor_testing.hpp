@@ -22,17 +22,7 @@
 namespace dsv4::compressor_testing {
 
 // The YaRN table of the published compressor layers (SPEC §2).
-inline RopeConfig yarn_rope() {
-  RopeConfig rope;
-  rope.base = 160000.0;
-  rope.rope_dim = 64;
-  rope.yarn = true;
-  rope.factor = 16.0;
-  rope.original_max_positions = 65536.0;
-  rope.beta_fast = 32.0;
-  rope.beta_slow = 1.0;
-  return rope;
-}
+inline RopeConfig yarn_rope() { return testing::published_compressed_rope(); }
 
 inline CompressorSpec make_spec(int ratio, bool overlap, EntryKind output, bool online = false) {
   CompressorSpec spec;

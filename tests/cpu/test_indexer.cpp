@@ -191,12 +191,8 @@ TEST_P(QueryPrepRef, RopeThenHadamardThenKeyQuantization) {
   std::mt19937_64 rng(testing::fresh_seed());
   const IndexerKeyFormat format = GetParam();
   const int rows = 5, heads = 4, dim = 128, rope_dim = 64;
-  RopeConfig rope_config;
-  rope_config.base = 160000.0;
-  rope_config.rope_dim = rope_dim;
-  rope_config.yarn = true;
-  rope_config.factor = 16.0;
-  rope_config.original_max_positions = 65536.0;
+  const RopeConfig rope_config = testing::published_compressed_rope();
+  ASSERT_EQ(rope_config.rope_dim, rope_dim);
   const RopeTable rope(rope_config);
   std::vector<std::int64_t> positions = {0, 1, 77, 65539, 1048575};
   std::vector<float> q_rows = testing::random_normal(rng, rows * heads * dim, 2.0f);

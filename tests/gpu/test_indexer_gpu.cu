@@ -185,13 +185,7 @@ TEST(IndexerScoresGpuErrors, UnsupportedShapesAreRefused) {
 class QueryPrepGpu : public ::testing::TestWithParam<IndexerKeyFormat> {};
 
 void check_query_prep(IndexerKeyFormat format, int rows, int heads, std::mt19937_64& rng) {
-  RopeConfig config;
-  config.base = 160000.0;
-  config.rope_dim = 64;
-  config.yarn = true;
-  config.factor = 16.0;
-  config.original_max_positions = 65536.0;
-  const RopeTable rope(config);
+  const RopeTable rope(testing::published_compressed_rope());
   std::uniform_int_distribution<std::int64_t> position(0, 1048575);
   std::vector<float> q_rows = testing::random_normal(rng, static_cast<std::size_t>(rows) * heads * 128, 3.0f);
   std::vector<float> logits = testing::random_normal(rng, static_cast<std::size_t>(rows) * heads, 1.0f);

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "dsv4/error.hpp"
+
 namespace dsv4::testing {
 
 std::string vector_path(const std::string& file_name) {
@@ -62,6 +64,13 @@ int run_command(const std::string& command, std::string* output) {
   int status = ::pclose(pipe);
   if (output) *output = text;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+RopeConfig published_compressed_rope() {
+  const ModelConfig flash = preset_config("flash");
+  for (int layer = 0; layer < flash.num_layers(); ++layer)
+    if (flash.compress_ratios[static_cast<std::size_t>(layer)] > 0) return layer_config(flash, layer).rope;
+  throw Error("config", "the flash preset has no compressed layer");
 }
 
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {

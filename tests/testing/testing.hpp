@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dsv4/config.hpp"
+
 namespace dsv4::testing {
 
 // Path of a known-answer vector file in shared/vectors.
@@ -29,6 +31,10 @@ std::vector<float> random_normal(std::mt19937_64& rng, std::size_t n, float stdd
 
 // Runs a shell command, returns its exit status; output goes to `output` when not null.
 int run_command(const std::string& command, std::string* output = nullptr);
+
+// The RoPE table of the published compressed layers (ratio 4 / 128: base 160000 with YaRN), taken
+// from the flash preset so the tests never restate the published values.
+RopeConfig published_compressed_rope();
 
 // Relative L2 error ‖a − b‖ / ‖b‖ (b is the reference).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b);
