@@ -184,19 +184,20 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
 
 }  // namespace
 
-// Usage: bench_sparse_attention [OUT_DIR] [--only SUBSTRING] [--warm-l2] [--split N]
+// Usage: bench_sparse_attention [OUT_DIR] [--warm-l2] [--split N] [name-part...]
 // (--split N runs every case with split_candidates N, the names suffixed _splitN)
 int main(int argc, char** argv) {
   const std::string out_dir = argc > 1 ? argv[1] : ".";
-  std::string only;
   bool flush_l2 = true;
   int split = 0;
+  std::vector<char*> name_parts = {argv[0], argv[0]};  // CaseFilter reads from index 2
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--only" && i + 1 < argc) only = argv[++i];
-    else if (arg == "--warm-l2") flush_l2 = false;
+    if (arg == "--warm-l2") flush_l2 = false;
     else if (arg == "--split" && i + 1 < argc) split = std::stoi(argv[++i]);
+    else name_parts.push_back(argv[i]);
   }
+  const dsv4::bench::CaseFilter filter(static_cast<int>(name_parts.size()), name_parts.data(), 2);
   dsv4::bench::Report report("bench_sparse_attention", out_dir);
   std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n", dsv4::bench::copy_bandwidth_gbs(),
               kBf16Ceiling);
@@ -235,7 +236,7 @@ int main(int argc, char** argv) {
     }
   }
   for (const Case& c : cases)
-    if (c.name.find(only) != std::string::npos) run_case(c, pools, report, rng, flush_l2);
+    if (filter.wants(c.name)) run_case(c, pools, report, rng, flush_l2);
   report.write();
   return 0;
 }
