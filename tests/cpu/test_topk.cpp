@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cuda/topk/bins.hpp"  // plain C++: the CUDA top-k's histogram bins
 #include "dsv4/topk.hpp"
 #include "indexer_testing.hpp"
 
@@ -125,6 +126,48 @@ TEST(TopkRef, OrderKeyIsMonotone) {
   }
   EXPECT_EQ(topk_order_key(std::nanf("")), 0u);
   EXPECT_LT(0u, topk_order_key(-std::numeric_limits<float>::infinity()));
+}
+
+// The CUDA top-k compares keys against the bounds of one histogram bin instead of binning them
+// again: each bin must be exactly the keys [first_key_of_bin(b), first_key_of_bin(b + 1)). Checked
+// at both sides of every edge and on random keys and scores (an exhaustive sweep of all 2^32 keys
+// passed once, offline: too slow for the suite).
+TEST(TopkBins, EveryBinIsTheIntervalOfItsBounds) {
+  using cuda::topk::coarse_bin;
+  using cuda::topk::first_key_of_bin;
+  using cuda::topk::kCoarseBins;
+  EXPECT_EQ(first_key_of_bin(0), 0u);
+  EXPECT_EQ(first_key_of_bin(kCoarseBins), std::uint64_t{1} << 32);
+  for (int b = 1; b < kCoarseBins; ++b) {
+    const std::uint64_t first = first_key_of_bin(b);
+    ASSERT_GT(first, first_key_of_bin(b - 1)) << "bin " << b - 1 << " is empty";
+    EXPECT_EQ(coarse_bin(static_cast<std::uint32_t>(first)), b);
+    EXPECT_EQ(coarse_bin(static_cast<std::uint32_t>(first - 1)), b - 1);
+  }
+  const auto inside = [&](std::uint32_t key) {
+    const int b = coarse_bin(key);
+    return first_key_of_bin(b) <= key && key < first_key_of_bin(b + 1);
+  };
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (int i = 0; i < 200000; ++i) {
+    const auto key = static_cast<std::uint32_t>(rng());
+    ASSERT_TRUE(inside(key)) << key;
+  }
+  std::vector<float> v = testing::random_normal(rng, 2000, 1.0f);
+  for (float scale : {1e-30f, 1e-6f, 1e6f, 1e30f}) v.push_back(scale * v[v.size() % 100]);
+  v.insert(v.end(), {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                     std::nanf(""), 65536.0f, -65536.0f, 1.0f / 65536.0f});
+  for (float x : v) {
+    EXPECT_TRUE(inside(topk_order_key(x))) << x;
+    for (float y : v) {  // monotone: a larger score never falls in a lower bin
+      if (topk_order_key(x) < topk_order_key(y)) {
+        ASSERT_LE(coarse_bin(topk_order_key(x)), coarse_bin(topk_order_key(y)));
+      }
+    }
+  }
+  EXPECT_EQ(coarse_bin(topk_order_key(std::nanf(""))), 0);
+  EXPECT_EQ(coarse_bin(topk_order_key(-0.0f)), coarse_bin(topk_order_key(0.0f)));
+  EXPECT_EQ(coarse_bin(topk_order_key(1.0f)) + 64, coarse_bin(topk_order_key(2.0f))) << "64 bins an octave";
 }
 
 TEST(TopkRef, SeveralRowsPerRequestShareThePageTable) {

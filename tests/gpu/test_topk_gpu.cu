@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/indexer_testing.hpp"
+#include "cuda/topk/bins.hpp"
 #include "dsv4/indexer.hpp"
 #include "dsv4/topk.hpp"
 
@@ -163,6 +164,49 @@ TEST(TopkGpuTies, MediumCrowdedBin) {
     for (int i = 0; i < 1000; ++i) row[where(rng)] = 1.0f + static_cast<float>(i % (700 + 100 * t)) * 1e-5f;
   }
   expect_same_selection(c);
+}
+
+// The kernel compares keys against the bounds of the threshold's histogram bin: scores exactly on
+// and one ulp beside bin edges, magnitudes over the whole float range (the end bins beyond
+// 2^±16 crowd), and rows whose top K all sit in the clamped end bin.
+TEST(TopkGpuTies, BinEdgesAndExtremeMagnitudes) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t rows = 4, cols = 100003;  // odd width: the scalar load path
+  TopkCase c = make_case(rng, rows, cols, 512, std::vector<std::int32_t>(rows, static_cast<std::int32_t>(cols)), 2);
+  std::uniform_int_distribution<int> near_top(3000, 3200), step(-1, 1);
+  std::uniform_real_distribution<float> exponent(-38.0f, 38.0f);
+  for (std::int64_t t = 0; t < rows; ++t) {
+    float* row = c.scores.data() + t * cols;
+    for (std::int64_t s = 0; s < cols; ++s) {
+      switch (t) {
+        case 0: {  // on a bin edge, or one key below / above it
+          const auto edge = static_cast<std::uint32_t>(cuda::topk::first_key_of_bin(near_top(rng)));
+          row[s] = topk_key_value(edge + static_cast<std::uint32_t>(step(rng)));
+          break;
+        }
+        case 1: row[s] = std::pow(10.0f, exponent(rng)) * (s % 2 ? 1.0f : -1.0f); break;
+        case 2: row[s] = row[s] * 1e5f; break;  // the top K are all above 2^16: one end bin
+        default: row[s] = s % 7 == 0 ? std::numeric_limits<float>::infinity() : row[s] * 1e-6f; break;
+      }
+    }
+  }
+  expect_same_selection(c);
+}
+
+// Physical slots through pages of 4 and 16 entries: a 16384-entry CTA then needs more page-table
+// entries than it stages in shared memory (4096), or exactly as many (1024).
+TEST(TopkGpuPages, SmallPagesStagedOrReadFromTheTable) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (int entries_per_page : {4, 16}) {
+    const std::int64_t rows = 3, cols = 262144;
+    TopkCase c = make_case(rng, rows, cols, 1024, {static_cast<std::int32_t>(cols), 200000, 1000}, 2);
+    c.entries_per_page = entries_per_page;
+    c.max_pages = static_cast<int>(cols / entries_per_page);
+    c.page_table.clear();
+    std::uniform_int_distribution<std::int32_t> page(0, 1 << 22);
+    for (int i = 0; i < 2 * c.max_pages; ++i) c.page_table.push_back(page(rng));
+    expect_same_selection(c);
+  }
 }
 
 TEST(TopkGpuTies, RerunIsBitIdentical) {

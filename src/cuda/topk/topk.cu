@@ -13,6 +13,18 @@ namespace dsv4::cuda {
 
 namespace {
 
+using KernelFn = void (*)(TopkParams);
+
+// The kernel taking `vectors` 16-byte loads (4·vectors entries) a thread: 1, 2, 4 or 8.
+KernelFn kernel_for(int vectors) {
+  switch (vectors) {
+    case 1: return topk::topk_kernel<1>;
+    case 2: return topk::topk_kernel<2>;
+    case 4: return topk::topk_kernel<4>;
+    default: return topk::topk_kernel<8>;
+  }
+}
+
 void set_cluster(cudaLaunchConfig_t& config, cudaLaunchAttribute& attribute, int cluster_size) {
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
@@ -22,44 +34,46 @@ void set_cluster(cudaLaunchConfig_t& config, cudaLaunchAttribute& attribute, int
   config.numAttrs = 1;
 }
 
-// Whether the device schedules 16-CTA clusters (a non-portable size) of the kernel with the shared
-// memory such a cluster needs (a 262144-entry row: kMaxPerThread / 2 entries a thread). Asked once
-// per process (the library uses one device per process).
+// Sets every kernel's dynamic shared memory once, and says whether the device schedules 16-CTA
+// clusters (a non-portable size) of the widest kernel a 16-CTA cluster uses (a 262144-entry row:
+// 16384 entries a CTA, 4 loads a thread). Asked once per process (the library uses one device
+// per process).
 bool sixteen_cta_clusters() {
   static const bool supported = [] {
     using namespace topk;
-    const std::size_t shared = key_bytes(kMaxPerThread / 2);
-    if (cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-        cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)) !=
-            cudaSuccess) {
-      cudaGetLastError();  // clear the refusal: 8-CTA clusters remain
-      return false;
+    bool non_portable = true;
+    for (int vectors : {1, 2, 4, 8}) {
+      const KernelFn kernel = kernel_for(vectors);
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(key_bytes(vectors)));
+      if (vectors <= 4 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)
+        non_portable = false;
     }
+    cudaGetLastError();  // clear a refusal: 8-CTA clusters remain
+    if (!non_portable) return false;
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(kMaxCluster);
     config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = shared;
+    config.dynamicSmemBytes = key_bytes(4);
     cudaLaunchAttribute attribute;
     set_cluster(config, attribute, kMaxCluster);
     int clusters = 0;
-    const bool fits = cudaOccupancyMaxActiveClusters(&clusters, topk_kernel, &config) == cudaSuccess && clusters > 0;
+    const bool fits =
+        cudaOccupancyMaxActiveClusters(&clusters, kernel_for(4), &config) == cudaSuccess && clusters > 0;
     cudaGetLastError();
     return fits;
   }();
   return supported;
 }
 
-void launch(const TopkParams& p, int cluster_size, int per_thread, cudaStream_t stream) {
-  const std::size_t shared = topk::key_bytes(per_thread);
-  cudaFuncSetAttribute(topk::topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+void launch(const TopkParams& p, int cluster_size, int vectors, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(p.num_rows * cluster_size));
   config.blockDim = dim3(topk::kThreads);
-  config.dynamicSmemBytes = shared;
+  config.dynamicSmemBytes = topk::key_bytes(vectors);
   config.stream = stream;
   cudaLaunchAttribute attribute;
   set_cluster(config, attribute, cluster_size);
-  cudaLaunchKernelEx(&config, topk::topk_kernel, p, per_thread);
+  cudaLaunchKernelEx(&config, kernel_for(vectors), p);
 }
 
 }  // namespace
@@ -72,12 +86,15 @@ void indexer_topk(const TopkParams& p, void* stream) {
   while (static_cast<std::int64_t>(cs) * kThreads * kMaxPerThread < p.num_cols) cs *= 2;
   require(cs <= kMaxPortableCluster, "scores", "rows are too wide for one cluster");
   const std::int64_t sms = multiprocessor_count();
-  const int widest = p.num_rows * kMaxCluster <= sms && sixteen_cta_clusters() ? kMaxCluster : kMaxPortableCluster;
+  const bool sixteen = sixteen_cta_clusters();  // also sets the kernels' shared-memory sizes
+  const int widest = p.num_rows * kMaxCluster <= sms && sixteen ? kMaxCluster : kMaxPortableCluster;
   while (cs < widest && 2 * p.num_rows * cs <= sms && p.num_cols >= 2 * cs * 2048) cs *= 2;
   const std::int64_t per_cta = (p.num_cols + cs - 1) / cs;
-  const int per_thread = static_cast<int>(std::max<std::int64_t>(1, (per_cta + kThreads - 1) / kThreads));
+  const std::int64_t per_thread = (per_cta + kThreads - 1) / kThreads;
+  int vectors = 1;  // 16-byte loads a thread: a power of two ≥ per_thread / 4
+  while (4 * vectors < per_thread) vectors *= 2;
   require(p.num_rows * cs <= 0x7fffffff, "scores", "too many rows for one launch");
-  launch(p, cs, per_thread, static_cast<cudaStream_t>(stream));
+  launch(p, cs, vectors, static_cast<cudaStream_t>(stream));
   const cudaError_t status = cudaGetLastError();
   check_cuda(status, "top-k kernel launch");
 }

@@ -1,37 +1,41 @@
-// src/cuda/topk/topk_kernel.cuh — exact top-K of each row by radix select in a thread-block cluster.
+// src/cuda/topk/topk_kernel.cuh — exact top-K of each row by a histogram and a short candidate list,
+// in a thread-block cluster.
 //
 // One cluster of `cs` CTAs (1..16; 16 is a non-portable size, used where the device schedules it)
-// per row; CTA `rank` holds entries [rank·512E, (rank+1)·512E) in shared memory (E ≤ 64 per thread,
-// up to 128 KB) as order-preserving keys (topk.hpp), loaded with 16-byte reads. Warp w owns a
-// contiguous run of 32E entries, lane l the entries run + 32j + l, so ballots visit entries in index
-// order and shared-memory reads are conflict-free. The keys are walked three times in the common
-// case: load (with the histogram), gather (with the per-warp counts above the threshold bin), output.
+// per row; CTA `rank` holds entries [rank·S, (rank+1)·S), S = 1024·E (E = 4·kVectors ≤ 32 per
+// thread), in shared memory as order-preserving keys (topk.hpp). Warp w owns a contiguous run of
+// 32E entries, lane l the entries run + 32j + l (j < E), so bit j of a thread's 32-bit masks names
+// one entry, ballots over j visit entries in index order, and shared-memory reads are conflict-free.
+// The keys are binned once and compared twice; only the selected entries are visited at the end.
 //
-//  1. coarse histogram, counted while the keys are loaded: 4096 bins of the fp16-rounded score
-//     (monotone in the score and well spread for real data). The cluster reduces it scattered: CTA r
-//     sums slice r of the bins over all
-//     CTAs (16-byte DSMEM reads); every CTA reads the cs slice totals, finds the slice holding the
-//     K-th largest and scans that slice in its owner. No CTA serves more than its share of DSMEM
-//     requests (one SM answering the whole cluster's requests cost tens of microseconds).
-//  2. exact threshold τ = the key of the K-th largest among the bin's candidates. Few candidates
-//     (the common case): they are gathered with their entry numbers into every CTA, which finds τ
-//     locally — by counting, each candidate against all, up to 512; by radix select (4 × 8 bits)
-//     up to 2048. The per-warp counts of keys > τ and == τ are then the counts above the bin (taken
-//     during the gather) plus the gathered candidates of the warp: no walk over the keys. Many
-//     (ties, crowded bins): radix select whose digit histograms are summed over the cluster by every
-//     CTA, then a counting walk. All give the same τ and counts.
-//  3. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions come from
-//     ballots and per-warp / per-CTA prefix counts, so a row is written in ascending entry order,
-//     deterministically, with its physical slots.
+//  1. load: every 16-byte load of a thread is issued before `visible` and the page table are
+//     waited on; the keys go to shared memory and into a 4096-bin histogram (bins.hpp).
+//  2. the cluster sums the histogram scattered: thread t of CTA r reads one int4 of bins of slice r
+//     from CTA t mod cs (one DSMEM load a thread for any cs), lanes add by shuffles; each CTA scans
+//     its slice from the top; every CTA then reads the cs slice totals and the owning slice's
+//     entries to find the bin b* of the K-th largest, the count above it and its count.
+//  3. one walk over the keys: each thread's masks of the entries above b* (selected whatever the
+//     exact threshold) and inside b* (candidates), by comparing keys against the bin's two bounds.
+//     Up to 2048 candidates are gathered as {key, entry} into every CTA of the cluster; each CTA
+//     publishes its count above b*.
+//  4. exact threshold τ = the key of the K-th largest, found in every CTA from the gathered list:
+//     by counting (≤ 256 candidates, one each) or by a 4 × 8-bit radix select. Counts of keys > τ
+//     and == τ in lower-ranked CTAs come from their published counts and the gathered entries, so
+//     no further cluster barrier is needed. More candidates (ties, crowded bins): a radix select
+//     whose digit histograms are summed over the cluster, then the CTAs' counts are exchanged.
+//  5. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions from
+//     per-warp / per-CTA prefix counts and ballots over only the j that hold a selected entry, so a
+//     row is written in ascending entry order, deterministically, with its physical slots (the
+//     CTA's page-table slice is staged in shared memory while the threshold is found).
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <utility>
 
+#include "cuda/topk/bins.hpp"
 #include "cuda/topk/params.hpp"
 #include "dsv4/topk.hpp"
 
@@ -39,94 +43,92 @@ namespace dsv4::cuda::topk {
 
 namespace cg = cooperative_groups;
 
-inline constexpr int kThreads = 512;
+inline constexpr int kThreads = 1024;
 inline constexpr int kWarps = kThreads / 32;
+static_assert(kWarps == 32, "block scans are two warp scans");
 inline constexpr int kMaxPortableCluster = 8;  // the widest row needs 8 CTAs of kMaxPerThread entries each
-inline constexpr int kMaxCluster = 16;          // non-portable: short batches of long rows use 16
-inline constexpr int kCoarseBins = 4096;      // 12 bits of the fp16 order key
-inline constexpr int kDigitBins = 256;        // 8-bit radix digits of the exact key
+inline constexpr int kMaxCluster = 16;         // non-portable: short batches of long rows use 16
+inline constexpr int kMaxVectors = 8;          // 16-byte loads per thread
+inline constexpr int kMaxPerThread = 4 * kMaxVectors;  // 8 CTAs × 1024 × 32 = 262144; one bit each in a mask
+inline constexpr int kDigitBins = 256;         // 8-bit radix digits of the exact key
 inline constexpr int kDigitPasses = 4;
-inline constexpr int kGatherCapacity = 2048;  // candidates selected locally in every CTA
-inline constexpr int kRankByCount = 512;      // up to this many gathered: rank each by counting (1 pass)
-inline constexpr int kMaxPerThread = 64;      // entries per thread: 8 CTAs × 512 × 64 = 262144
+inline constexpr int kGatherCapacity = 2048;   // candidates selected locally in every CTA
+inline constexpr int kRankByCount = 256;       // up to this many gathered: rank each by counting (1 pass)
+inline constexpr int kPageStage = 1024;        // page-table entries a CTA stages in shared memory
+inline constexpr unsigned kFull = 0xffffffffu;
 
 struct Shared {
-  alignas(16) int coarse[kCoarseBins];        // this CTA's coarse histogram
-  alignas(16) int coarse_slice[kCoarseBins];  // the cluster's counts of this CTA's slice of the bins
+  alignas(16) int coarse[kCoarseBins];       // this CTA's histogram (summed by the cluster)
+  alignas(16) int slice_count[kCoarseBins];  // the cluster's counts of this CTA's slice of the bins
+  alignas(16) int slice_above[kCoarseBins];  // per bin of the slice: the count in its higher bins
   alignas(16) int digit[kDigitPasses][kDigitBins];  // this CTA's digit histograms, one per pass
-  uint2 gathered[kGatherCapacity];            // every CTA: the threshold bin's {key, entry} (few candidates)
-  int gathered_count;                         // rank 0: positions handed out for the gather
-  int scan[kWarps];                           // block-scan scratch
+  uint2 gathered[kGatherCapacity];           // every CTA: the threshold bin's {key, entry} (few candidates)
+  int pages[kPageStage];                     // page_row[page_first + i] (slots only)
+  int scan[kWarps];                          // block-scan scratch
   int warp_greater[kWarps], warp_equal[kWarps];
-  int slice_total;                            // Σ coarse_slice (read by every CTA)
-  int cta_greater, cta_equal;                 // this CTA's counts (read by higher ranks)
-  int found_bin, found_above, found_count;    // results broadcast inside the CTA
+  int gathered_count;                        // rank 0: positions handed out for the gather
+  int cta_above;                             // this CTA's keys above the threshold bin (read by higher ranks)
+  int lower_candidates;                      // gathered keys of lower ranks: (> τ) + (== τ) << 16
+  int lower_above;                           // Σ cta_above of lower ranks
+  int slice_total;                           // Σ slice_count (read by every CTA)
+  int owner, owner_above;                    // slice holding the K-th largest, count in higher slices
+  int found_bin, found_above, found_count;   // results broadcast inside the CTA
   std::uint32_t found_key;
-  int before_greater, before_equal;           // counts in lower-ranked CTAs
+  int cta_greater, cta_equal;                // this CTA's counts (many-candidates path; read by higher ranks)
+  int before_greater, before_equal;          // counts in lower-ranked CTAs (many-candidates path)
+  int request;                               // the row's request (slots only)
 };
 
-// Coarse bin of a key: the top 12 bits of the fp16 order key of its value (NaN, key 0: bin 0).
-__device__ __forceinline__ int coarse_bin(std::uint32_t key) {
-  if (key == 0) return 0;
-  const unsigned short h = __half_as_ushort(__float2half_rn(topk_key_value(key)));
-  const unsigned short ordered = (h & 0x8000) ? static_cast<unsigned short>(~h) : static_cast<unsigned short>(h | 0x8000);
-  return ordered >> 4;
+// 16 bytes global → shared without passing through registers (both 16-byte aligned).
+__device__ __forceinline__ void copy_async16(void* shared, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+__device__ __forceinline__ int warp_inclusive_scan(int value) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int up = __shfl_up_sync(kFull, value, d);
+    if (lane >= d) value += up;
+  }
+  return value;
 }
 
 // Exclusive prefix of `value` over the CTA's threads in thread order; `total` gets the sum.
 __device__ __forceinline__ int block_exclusive_scan(int value, int* scratch, int& total) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int inclusive = value;
-  for (int d = 1; d < 32; d *= 2) {
-    const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += up;
-  }
+  const int inclusive = warp_inclusive_scan(value);
   if (lane == 31) scratch[warp] = inclusive;
   __syncthreads();
-  int warp_base = 0;
-  total = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    const int t = scratch[w];
-    if (w < warp) warp_base += t;
-    total += t;
-  }
+  const int warp_sum = scratch[lane];
+  const int warps_inclusive = warp_inclusive_scan(warp_sum);
+  total = __shfl_sync(kFull, warps_inclusive, 31);
+  const int warp_base = __shfl_sync(kFull, warps_inclusive - warp_sum, warp);
   __syncthreads();  // scratch is reused by the next scan
   return warp_base + inclusive - value;
 }
 
-// Over `bins` (a multiple of 4, ≤ 4096) counts, finds the bin b holding the `rank`-th largest
-// (1-based): Σ_{b' > b} < rank ≤ Σ_{b' ≥ b}. `counts4(b)` returns the counts of bins b..b+3 (b a
-// multiple of 4) as an int4. Thread t takes a run of bins from the top, so thread order is bin order
-// descending. Results in s.found_bin (bin), s.found_above (count above it), s.found_count (its count).
+// Over 256 digit counts, finds the bin b holding the `rank`-th largest (1-based):
+// Σ_{b' > b} < rank ≤ Σ_{b' ≥ b}. `counts4(b)` returns the counts of bins b..b+3 (b a multiple of
+// 4) as an int4. Thread t takes bins [252 − 4t, 256 − 4t), so thread order is bin order descending.
+// Results in s.found_bin (bin), s.found_above (count above it), s.found_count (its count).
 template <class Counts4>
-__device__ __forceinline__ void find_rank_bin(Shared& s, int bins, int rank, Counts4 counts4) {
-  constexpr int kMaxPerThread = kCoarseBins / kThreads;  // 8
-  const int per_thread = max(4, bins / kThreads);
-  const int top = bins - per_thread * static_cast<int>(threadIdx.x);  // this thread's bins: [top − per, top)
-  int c[kMaxPerThread];
-  int mine = 0;
-#pragma unroll
-  for (int q = 0; q < kMaxPerThread / 4; ++q) {
-    int4 v = make_int4(0, 0, 0, 0);
-    if (4 * q < per_thread && top - 4 * (q + 1) >= 0) v = counts4(top - 4 * (q + 1));
-    c[4 * q] = v.w;  // descending: bin top − 4q − 1 first
-    c[4 * q + 1] = v.z;
-    c[4 * q + 2] = v.y;
-    c[4 * q + 3] = v.x;
-    mine += v.x + v.y + v.z + v.w;
-  }
+__device__ __forceinline__ void find_digit(Shared& s, int rank, Counts4 counts4) {
+  const int first = kDigitBins - 4 * (static_cast<int>(threadIdx.x) + 1);
+  const int4 v = first >= 0 ? counts4(first) : make_int4(0, 0, 0, 0);
+  const int c[4] = {v.w, v.z, v.y, v.x};  // descending: bin first + 3 first
   int total;
-  int above = block_exclusive_scan(mine, s.scan, total);
-  if (above < rank && rank <= above + mine) {
+  int above = block_exclusive_scan(v.x + v.y + v.z + v.w, s.scan, total);
 #pragma unroll
-    for (int j = 0; j < kMaxPerThread; ++j) {
-      if (above < rank && rank <= above + c[j]) {
-        s.found_bin = top - 1 - j;
-        s.found_above = above;
-        s.found_count = c[j];
-      }
-      above += c[j];
+  for (int j = 0; j < 4; ++j) {
+    if (above < rank && rank <= above + c[j]) {
+      s.found_bin = first + 3 - j;
+      s.found_above = above;
+      s.found_count = c[j];
     }
+    above += c[j];
   }
   __syncthreads();
 }
@@ -147,7 +149,7 @@ __device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visi
       if ((key & mask) == prefix) atomicAdd(&digit[(key >> shift) & 0xff], 1);
     });
     __syncthreads();
-    find_rank_bin(s, kDigitBins, rank, counts4(pass));
+    find_digit(s, rank, counts4(pass));
     rank -= s.found_above;
     prefix |= static_cast<std::uint32_t>(s.found_bin) << shift;
     mask |= 0xffu << shift;
@@ -156,161 +158,253 @@ __device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visi
   return prefix;
 }
 
-// Where a row's selection goes: entry numbers and, when asked, physical slots through the page
-// table row of the row's request.
-struct RowOutput {
-  std::int32_t* indices;        // [k]
-  std::int32_t* slots;          // [k] or null
-  const std::int32_t* page_row;  // [max_pages] (when slots)
-  int entries_per_page;
-
-  __device__ RowOutput(const TopkParams& p, std::int64_t row)
-      : indices(p.indices + row * p.k), slots(p.slots ? p.slots + row * p.k : nullptr), page_row(nullptr),
-        entries_per_page(p.entries_per_page) {
-    if (!slots) return;
-    int lo = 0, hi = p.num_requests - 1;  // the row's request: last b with query_start[b] ≤ row
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.query_start[mid] <= row) lo = mid;
-      else hi = mid - 1;
-    }
-    page_row = p.page_table + static_cast<std::int64_t>(lo) * p.max_pages;
+// The row's request: the last b with query_start[b] ≤ row, found by a 32-way search (one round for
+// up to 33 requests, two up to 1057). Called by a whole warp; every lane gets the result.
+__device__ __forceinline__ int find_request(const TopkParams& p, std::int64_t row) {
+  const int lane = threadIdx.x % 32;
+  int lo = 0, hi = p.num_requests - 1;  // the answer is in [lo, hi]
+  while (lo < hi) {
+    const int step = (hi - lo + 31) / 32;
+    const int probe = lo + (lane + 1) * step;
+    const bool at_or_before = probe <= hi && p.query_start[probe] <= row;  // a prefix of the lanes
+    const int passed = __popc(__ballot_sync(kFull, at_or_before));
+    lo += passed * step;
+    hi = min(hi, lo + step - 1);
   }
-  // Writes `entry` (−1: none) at `position` of the row.
+  return lo;
+}
+
+// Where a row's selection goes: entry numbers and, when asked, physical slots through the page
+// table row of the row's request (the CTA's pages from shared memory where they were staged).
+struct RowOutput {
+  std::int32_t* indices;         // [k]
+  std::int32_t* slots;           // [k] or null
+  const std::int32_t* page_row;  // [max_pages] (when slots)
+  const int* staged;             // [staged_count]: page_row[page_first + i], in shared memory
+  int entries_per_page, page_first, staged_count;
+
   __device__ void write(int position, int entry) const {
     indices[position] = entry;
-    if (slots)
-      slots[position] = entry < 0 ? -1 : page_row[entry / entries_per_page] * entries_per_page + entry % entries_per_page;
+    if (!slots) return;
+    if (entry < 0) {
+      slots[position] = -1;
+      return;
+    }
+    const int page = entry / entries_per_page;
+    const int physical = page - page_first < staged_count ? staged[page - page_first] : page_row[page];
+    slots[position] = physical * entries_per_page + entry % entries_per_page;
   }
 };
 
-// Bytes of dynamic shared memory for `per_thread` entries per thread (the CTA's keys).
-constexpr std::size_t key_bytes(int per_thread) { return static_cast<std::size_t>(kThreads) * per_thread * 4; }
+__device__ __forceinline__ RowOutput row_output(const TopkParams& p, std::int64_t row, int request, const int* staged,
+                                                int page_first, int staged_count) {
+  return {p.indices + row * p.k,
+          p.slots ? p.slots + row * p.k : nullptr,
+          p.slots ? p.page_table + static_cast<std::int64_t>(request) * p.max_pages : nullptr,
+          staged,
+          p.entries_per_page,
+          page_first,
+          staged_count};
+}
 
-// grid: num_rows · cs CTAs in clusters of cs (launch attribute); dynamic shared memory key_bytes(E).
-__global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, const int per_thread) {
-  extern __shared__ std::uint32_t s_keys[];  // [kThreads · per_thread]: this CTA's keys in entry order
+// Bytes of dynamic shared memory for `vectors` 16-byte loads per thread (the CTA's keys).
+constexpr std::size_t key_bytes(int vectors) { return static_cast<std::size_t>(kThreads) * vectors * 16; }
+
+// grid: num_rows · cs CTAs in clusters of cs (launch attribute); dynamic shared memory
+// key_bytes(kVectors). A CTA takes 4·kVectors entries a thread.
+template <int kVectors>
+__global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
+  constexpr int kPerThread = 4 * kVectors;
+  constexpr int kSlice = kThreads * kPerThread;  // entries of one CTA
+  constexpr std::uint32_t kAllBits = kPerThread == 32 ? kFull : (1u << kPerThread) - 1u;
+  extern __shared__ uint4 s_dynamic[];
+  std::uint32_t* s_keys = reinterpret_cast<std::uint32_t*>(s_dynamic);  // [kSlice]: this CTA's keys in entry order
   __shared__ Shared s;
   cg::cluster_group cluster = cg::this_cluster();
   const int cs = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const std::int64_t row = blockIdx.x / cs;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int visible = min(max(p.visible[row], 0), p.num_cols);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int base = rank * kSlice;
+  const float* scores = p.scores + row * p.num_cols + base;  // [kSlice] (fewer at the row's end)
   const int k = p.k;
 
+  // ---- 1. loads in flight first: up to the row's width, before `visible` is known ----
+  const bool vector_rows = p.num_cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0;
+  const int loaded = min(max(p.num_cols - base, 0), kSlice);  // entries of the row in this CTA's range
+  const int visible = min(max(__ldg(p.visible + row), 0), p.num_cols);
+  if (vector_rows) {  // the scores land in s_keys (no registers held); each thread converts its own
+#pragma unroll
+    for (int q = 0; q < kVectors; ++q) {
+      const int i = 4 * (q * kThreads + tid);
+      if (i < loaded) copy_async16(s_keys + i, scores + i);
+    }
+  }
+
   if (visible <= k) {  // every entry, then −1 (the same branch in every CTA of the cluster)
-    const RowOutput out(p, row);
-    for (int i = rank * kThreads + threadIdx.x; i < k; i += cs * kThreads) out.write(i, i < visible ? i : -1);
+    copy_async_wait_all();
+    if (p.slots && warp == 0) {
+      const int request = find_request(p, row);
+      if (lane == 0) s.request = request;
+    }
+    __syncthreads();
+    const RowOutput out = row_output(p, row, s.request, s.pages, 0, 0);
+    for (int i = rank * kThreads + tid; i < k; i += cs * kThreads) out.write(i, i < visible ? i : -1);
     return;
   }
 
-  // ---- load this CTA's entries [base, base + here) as keys, counting the coarse histogram ----
-  for (int i = threadIdx.x; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
-  for (int i = threadIdx.x; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
-  if (threadIdx.x == 0) s.gathered_count = 0;
+  for (int i = tid; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
+  for (int i = tid; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
+  if (tid == 0) {
+    s.gathered_count = 0;
+    s.cta_above = 0;
+    s.lower_candidates = 0;
+  }
   __syncthreads();
-  const int slice_len = kThreads * per_thread;
-  const int base = rank * slice_len;
-  const int here = min(max(visible - base, 0), slice_len);
-  const float* scores = p.scores + row * p.num_cols + base;
+  const int here = min(max(visible - base, 0), kSlice);  // visible entries of this CTA
   const auto count = [&](std::uint32_t key) { atomicAdd(&s.coarse[coarse_bin(key)], 1); };
-  int vector_end = 0;  // entries loaded 4 at a time (16-byte aligned rows only)
-  if (p.num_cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0) {
-    vector_end = here / 4 * 4;
-#pragma unroll 16
-    for (int i = 4 * static_cast<int>(threadIdx.x); i < vector_end; i += 4 * kThreads) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(scores + i));
-      const uint4 keys = make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
+  if (vector_rows) {  // each thread makes keys of the scores it copied, and counts the visible ones
+    copy_async_wait_all();
+#pragma unroll
+    for (int q = 0; q < kVectors; ++q) {
+      const int i = 4 * (q * kThreads + tid);
+      if (i >= here) continue;
+      const float4 v = *reinterpret_cast<const float4*>(s_keys + i);
+      const uint4 keys =
+          make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
       *reinterpret_cast<uint4*>(s_keys + i) = keys;
       count(keys.x);
-      count(keys.y);
-      count(keys.z);
-      count(keys.w);
+      if (i + 1 < here) count(keys.y);
+      if (i + 2 < here) count(keys.z);
+      if (i + 3 < here) count(keys.w);
+    }
+  } else {
+    for (int i = tid; i < here; i += kThreads) {
+      s_keys[i] = topk_order_key(__ldg(scores + i));
+      count(s_keys[i]);
     }
   }
-  for (int i = vector_end + threadIdx.x; i < here; i += kThreads) {
-    s_keys[i] = topk_order_key(__ldg(scores + i));
-    count(s_keys[i]);
+  if (p.slots && warp == 0) {  // found while the other warps still count; read after the barrier
+    const int request = find_request(p, row);
+    if (lane == 0) s.request = request;
   }
-
-  const int run = warp * 32 * per_thread;       // first entry of this warp's run (CTA-relative)
-  const int run_len = min(here - run, 32 * per_thread);  // valid entries of the run (≤ 0: none)
-  const int valid_span = run_len - lane;        // entry run + 32j + lane is valid iff 32j < valid_span
-  const auto valid = [&](int j) { return 32 * j < valid_span; };
-  const auto key_of = [&](int j) { return s_keys[run + 32 * j + lane]; };
   cluster.sync();  // every CTA runs, has its keys and histogram, and has cleared what the others add into
 
-  // ---- 1. the coarse histogram summed slice by slice over the cluster ----
+  // ---- 2. the histogram summed slice by slice over the cluster; the bin of the K-th largest ----
   const int slice = kCoarseBins / cs;  // this CTA owns bins [rank·slice, (rank+1)·slice)
-  int slice_sum = 0;
-  for (int i = 4 * static_cast<int>(threadIdx.x); i < slice; i += 4 * kThreads) {
-    int4 sum = make_int4(0, 0, 0, 0);
-    for (int r = 0; r < cs; ++r)
-      sum = add4(sum, *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.coarse, r) + rank * slice + i));
-    *reinterpret_cast<int4*>(s.coarse_slice + i) = sum;
-    slice_sum += sum.x + sum.y + sum.z + sum.w;
+  {
+    const int from = tid % cs, quad = tid / cs;  // quad < slice / 4: 1024 int4 reads cover cs slices
+    int4 c = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.coarse, from) + rank * slice + 4 * quad);
+    for (int offset = 1; offset < cs; offset *= 2) {  // the cs lanes of one quad (cs divides 32)
+      c.x += __shfl_xor_sync(kFull, c.x, offset);
+      c.y += __shfl_xor_sync(kFull, c.y, offset);
+      c.z += __shfl_xor_sync(kFull, c.z, offset);
+      c.w += __shfl_xor_sync(kFull, c.w, offset);
+    }
+    if (from == 0) *reinterpret_cast<int4*>(s.slice_count + 4 * quad) = c;
   }
-  int total;
-  block_exclusive_scan(slice_sum, s.scan, total);
-  if (threadIdx.x == 0) s.slice_total = total;
+  // The page-table slice of this CTA's visible entries: loads issued now, stored after step 2.
+  const int page_first = base / p.entries_per_page;
+  int staged_count = 0, page_value = 0;
+  if (p.slots) {
+    const int pages = here > 0 ? min((base + here - 1) / p.entries_per_page + 1, p.max_pages) - page_first : 0;
+    staged_count = pages <= kPageStage ? max(pages, 0) : 0;
+    if (tid < staged_count)
+      page_value = __ldg(p.page_table + static_cast<std::int64_t>(s.request) * p.max_pages + page_first + tid);
+  }
+  __syncthreads();
+  {
+    const int quad = slice / 4 - 1 - tid;  // thread order = bins descending
+    const int4 c = quad >= 0 ? *reinterpret_cast<const int4*>(s.slice_count + 4 * quad) : make_int4(0, 0, 0, 0);
+    int total;
+    const int above = block_exclusive_scan(c.x + c.y + c.z + c.w, s.scan, total);
+    if (quad >= 0)
+      *reinterpret_cast<int4*>(s.slice_above + 4 * quad) =
+          make_int4(above + c.w + c.z + c.y, above + c.w + c.z, above + c.w, above);
+    if (tid == 0) s.slice_total = total;
+  }
   cluster.sync();
-  // The slice holding the K-th largest (slices descend from rank cs − 1) and the count above it:
-  // warp 0 reads the cs totals.
-  if (warp == 0) {
-    const int r = cs - 1 - lane;  // lane 0 takes the highest slice
+  if (warp == 0) {  // the slice holding the K-th largest (slices descend from rank cs − 1)
+    const int r = cs - 1 - lane;
     const int t = lane < cs ? *cluster.map_shared_rank(&s.slice_total, r) : 0;
-    int inclusive = t;
-    for (int d = 1; d < 32; d *= 2) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, d);
-      if (lane >= d) inclusive += up;
-    }
+    const int inclusive = warp_inclusive_scan(t);
     if (lane < cs && inclusive - t < k && k <= inclusive) {
-      s.found_bin = r;  // the owner rank, for now
-      s.found_above = inclusive - t;
+      s.owner = r;
+      s.owner_above = inclusive - t;
     }
   }
   __syncthreads();
-  const int owner = s.found_bin;
-  const int slice_above = s.found_above;
-  __syncthreads();
-  const int* owner_slice = cluster.map_shared_rank(s.coarse_slice, owner);
-  find_rank_bin(s, slice, k - slice_above, [&](int b) { return *reinterpret_cast<const int4*>(owner_slice + b); });
-  const int bin = owner * slice + s.found_bin;
-  const int bin_count = s.found_count;
-  int remaining = k - slice_above - s.found_above;  // how many to take from the bin, 1..bin_count
-  __syncthreads();
-
-  // ---- 2. the exact threshold key, and the per-warp counts of keys > τ and == τ ----
-  std::uint32_t threshold;
-  if (bin_count <= kGatherCapacity) {
-    // One walk: gather the bin's {key, entry} into every CTA; count the warp's keys above the bin.
-    int* counter = cluster.map_shared_rank(&s.gathered_count, 0);
-    int above_bin = 0;
-    for (int j = 0; 32 * j < run_len; ++j) {
-      const int entry_bin = valid(j) ? coarse_bin(key_of(j)) : -1;
-      above_bin += __popc(__ballot_sync(0xffffffffu, entry_bin > bin));
-      const bool mine = entry_bin == bin;
-      const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-      if (ballot == 0) continue;
-      int position = 0;
-      if (lane == 0) position = atomicAdd(counter, __popc(ballot));
-      position = __shfl_sync(0xffffffffu, position, 0) + __popc(ballot & ((1u << lane) - 1));
-      if (mine) {
-        const uint2 item = make_uint2(key_of(j), static_cast<std::uint32_t>(base + run + 32 * j + lane));
-        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = item;
+  {
+    const int owner = s.owner, owner_above = s.owner_above;
+    const int wanted = k - owner_above;  // rank inside the owner's slice
+    if (tid < slice / 4) {
+      const int4 c = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.slice_count, owner) + 4 * tid);
+      const int4 a = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.slice_above, owner) + 4 * tid);
+      const int counts[4] = {c.x, c.y, c.z, c.w}, aboves[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (aboves[j] < wanted && wanted <= aboves[j] + counts[j]) {  // exactly one bin of the cluster
+          s.found_bin = owner * slice + 4 * tid + j;
+          s.found_above = owner_above + aboves[j];
+          s.found_count = counts[j];
+        }
       }
     }
-    if (lane == 0) {
-      s.warp_greater[warp] = above_bin;
-      s.warp_equal[warp] = 0;
+  }
+  if (tid < staged_count) s.pages[tid] = page_value;
+  __syncthreads();
+  const int bin = s.found_bin, bin_count = s.found_count;
+  int remaining = k - s.found_above;  // how many to take from the bin, 1..bin_count
+  // Keys of the bin: [low, high); high is 2^32 − 1 when no bin is above (no order key reaches it).
+  const std::uint32_t low = static_cast<std::uint32_t>(first_key_of_bin(bin));
+  const std::uint64_t high_bound = first_key_of_bin(bin + 1);
+  const std::uint32_t high = high_bound > kFull ? kFull : static_cast<std::uint32_t>(high_bound);
+
+  // ---- 3. one walk: masks of the entries above the bin and in it; gather the candidates ----
+  const int run = warp * 32 * kPerThread;  // first entry of this warp's run (CTA-relative)
+  const int valid_span = here - run - lane;  // entry run + 32j + lane is visible iff 32j < valid_span
+  const std::uint32_t valid_mask = valid_span <= 0                      ? 0u
+                                   : valid_span >= 32 * (kPerThread - 1) + 1 ? kAllBits
+                                                                              : (1u << ((valid_span + 31) / 32)) - 1u;
+  std::uint32_t above_mask = 0, candidate_mask = 0;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const std::uint32_t key = s_keys[run + 32 * j + lane];
+    above_mask |= static_cast<std::uint32_t>(key >= high) << j;
+    candidate_mask |= static_cast<std::uint32_t>(key >= low && key < high) << j;
+  }
+  above_mask &= valid_mask;
+  candidate_mask &= valid_mask;
+  const int warp_above = __reduce_add_sync(kFull, __popc(above_mask));
+  if (lane == 0 && warp_above > 0) atomicAdd(&s.cta_above, warp_above);
+  const bool gather = bin_count <= kGatherCapacity;
+  if (gather) {  // into every CTA at the same positions, so every CTA holds the same list
+    const int mine = __popc(candidate_mask);
+    const int inclusive = warp_inclusive_scan(mine);
+    const int warp_total = __shfl_sync(kFull, inclusive, 31);
+    if (warp_total > 0) {
+      int start = 0;
+      if (lane == 0) start = atomicAdd(cluster.map_shared_rank(&s.gathered_count, 0), warp_total);
+      int position = __shfl_sync(kFull, start, 0) + inclusive - mine;
+      for (std::uint32_t m = candidate_mask; m != 0; m &= m - 1) {
+        const int local = run + 32 * (__ffs(static_cast<int>(m)) - 1) + lane;
+        const uint2 item = make_uint2(s_keys[local], static_cast<std::uint32_t>(base + local));
+        for (int r = 0; r < cs; ++r) cluster.map_shared_rank(s.gathered, r)[position] = item;
+        ++position;
+      }
     }
-    cluster.sync();
+  }
+  cluster.sync();  // gathered lists and cta_above complete in every CTA
+
+  // ---- 4. the exact threshold key τ, and the counts of keys > τ and == τ ----
+  std::uint32_t threshold;
+  if (gather) {
     if (bin_count <= kRankByCount) {
       // Candidate t is the threshold when #(greater) < remaining ≤ #(greater or equal).
-      if (static_cast<int>(threadIdx.x) < bin_count) {
-        const std::uint32_t mine = s.gathered[threadIdx.x].x;
+      if (tid < bin_count) {
+        const std::uint32_t mine = s.gathered[tid].x;
         int greater_count = 0, equal_count = 0;
+#pragma unroll 4
         for (int i = 0; i < bin_count; ++i) {
           const std::uint32_t other = s.gathered[i].x;  // the same address across the warp: a broadcast
           greater_count += other > mine;
@@ -328,30 +422,19 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
       threshold = radix_select(
           s, remaining,
           [&](auto&& f) {
-            for (int i = threadIdx.x; i < bin_count; i += kThreads) f(s.gathered[i].x);
+            for (int i = tid; i < bin_count; i += kThreads) f(s.gathered[i].x);
           },
           [&](int pass) {
             const int* digit = s.digit[pass];
             return [digit](int b) { return *reinterpret_cast<const int4*>(digit + b); };
           });
     }
-    // The bin's keys > τ and == τ, added to the warp of this CTA that holds them.
-    for (int i = threadIdx.x; i < bin_count; i += kThreads) {
-      const uint2 item = s.gathered[i];
-      const int local = static_cast<int>(item.y) - base;
-      if (local < 0 || local >= here) continue;  // another CTA's entry
-      const int owner_warp = local / (32 * per_thread);
-      if (item.x > threshold) atomicAdd(&s.warp_greater[owner_warp], 1);
-      else if (item.x == threshold) atomicAdd(&s.warp_equal[owner_warp], 1);
-    }
   } else {
     threshold = radix_select(
         s, remaining,
         [&](auto&& f) {
-          for (int j = 0; j < per_thread && valid(j); ++j) {
-            const std::uint32_t key = key_of(j);
-            if (coarse_bin(key) == bin) f(key);
-          }
+          for (std::uint32_t m = candidate_mask; m != 0; m &= m - 1)
+            f(s_keys[run + 32 * (__ffs(static_cast<int>(m)) - 1) + lane]);
         },
         [&](int pass) {
           cluster.sync();  // every CTA's histogram of this pass is complete
@@ -362,63 +445,86 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p, c
             return sum;
           };
         });
-    int greater = 0, equal = 0;
-    for (int j = 0; 32 * j < run_len; ++j) {
-      const std::uint32_t key = valid(j) ? key_of(j) : 0u;
-      greater += __popc(__ballot_sync(0xffffffffu, valid(j) && key > threshold));
-      equal += __popc(__ballot_sync(0xffffffffu, valid(j) && key == threshold));
-    }
-    if (lane == 0) {
-      s.warp_greater[warp] = greater;
-      s.warp_equal[warp] = equal;
-    }
   }
   const int ties = remaining;  // keys equal to the threshold to take, in entry order
 
-  // ---- 3. counts before each warp and CTA, then the ordered output ----
-  __syncthreads();
-  int warp_greater_before = 0, warp_equal_before = 0, cta_greater = 0, cta_equal = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    if (w < warp) {
-      warp_greater_before += s.warp_greater[w];
-      warp_equal_before += s.warp_equal[w];
+  std::uint32_t greater_mask = above_mask, equal_mask = 0;
+  for (std::uint32_t m = candidate_mask; m != 0; m &= m - 1) {
+    const int j = __ffs(static_cast<int>(m)) - 1;
+    const std::uint32_t key = s_keys[run + 32 * j + lane];
+    if (key > threshold) greater_mask |= 1u << j;
+    else if (key == threshold) equal_mask |= 1u << j;
+  }
+  const int warp_greater = __reduce_add_sync(kFull, __popc(greater_mask));
+  const int warp_equal = __reduce_add_sync(kFull, __popc(equal_mask));
+  if (lane == 0) {
+    s.warp_greater[warp] = warp_greater;
+    s.warp_equal[warp] = warp_equal;
+  }
+  if (gather) {
+    // Lower ranks: their published counts above the bin, and their gathered keys > τ and == τ.
+    int lower = 0;
+    for (int i = tid; i < bin_count; i += kThreads) {
+      const uint2 item = s.gathered[i];
+      if (static_cast<int>(item.y) < base) lower += item.x > threshold ? 1 : item.x == threshold ? 1 << 16 : 0;
     }
-    cta_greater += s.warp_greater[w];
-    cta_equal += s.warp_equal[w];
-  }
-  if (threadIdx.x == 0) {
-    s.cta_greater = cta_greater;
-    s.cta_equal = cta_equal;
-  }
-  cluster.sync();
-  if (warp == 0) {  // counts in lower-ranked CTAs: lane r reads rank r
-    const int greater_r = lane < rank ? *cluster.map_shared_rank(&s.cta_greater, lane) : 0;
-    const int equal_r = lane < rank ? *cluster.map_shared_rank(&s.cta_equal, lane) : 0;
-    const int greater_sum = __reduce_add_sync(0xffffffffu, greater_r);
-    const int equal_sum = __reduce_add_sync(0xffffffffu, equal_r);
-    if (lane == 0) {
-      s.before_greater = greater_sum;
-      s.before_equal = equal_sum;
+    lower = __reduce_add_sync(kFull, lower);  // each part ≤ 2048 candidates: no carry between halves
+    if (lane == 0 && lower != 0) atomicAdd(&s.lower_candidates, lower);
+    if (warp == 0) {
+      const int above = lane < rank ? *cluster.map_shared_rank(&s.cta_above, lane) : 0;
+      const int sum = __reduce_add_sync(kFull, above);
+      if (lane == 0) s.lower_above = sum;
     }
   }
   __syncthreads();
-  const int greater_before = s.before_greater, equal_before = s.before_equal;
+  // Counts before this warp inside the CTA (every warp scans the 32 warp counts).
+  const int greater_w = s.warp_greater[lane], equal_w = s.warp_equal[lane];
+  const int greater_inclusive = warp_inclusive_scan(greater_w), equal_inclusive = warp_inclusive_scan(equal_w);
+  const int cta_equal = __shfl_sync(kFull, equal_inclusive, 31);
+  const int warp_greater_before = __shfl_sync(kFull, greater_inclusive - greater_w, warp);
+  const int warp_equal_before = __shfl_sync(kFull, equal_inclusive - equal_w, warp);
+  int greater_before, equal_before;  // in lower-ranked CTAs
+  if (gather) {
+    greater_before = s.lower_above + (s.lower_candidates & 0xffff);
+    equal_before = s.lower_candidates >> 16;
+  } else {
+    const int cta_greater = __shfl_sync(kFull, greater_inclusive, 31);
+    if (tid == 0) {
+      s.cta_greater = cta_greater;
+      s.cta_equal = cta_equal;
+    }
+    cluster.sync();
+    if (warp == 0) {  // counts in lower-ranked CTAs: lane r reads rank r
+      const int greater_r = lane < rank ? *cluster.map_shared_rank(&s.cta_greater, lane) : 0;
+      const int equal_r = lane < rank ? *cluster.map_shared_rank(&s.cta_equal, lane) : 0;
+      const int greater_sum = __reduce_add_sync(kFull, greater_r);
+      const int equal_sum = __reduce_add_sync(kFull, equal_r);
+      if (lane == 0) {
+        s.before_greater = greater_sum;
+        s.before_equal = equal_sum;
+      }
+    }
+    __syncthreads();
+    greater_before = s.before_greater;
+    equal_before = s.before_equal;
+  }
   // No CTA reads another's shared memory after this point; the wait below keeps each one alive
   // until all have arrived.
   auto arrival = cluster.barrier_arrive();
 
-  const RowOutput out(p, row);
+  // ---- 5. ordered output: only the j where some lane of the warp has a selected entry ----
+  const RowOutput out = row_output(p, row, p.slots ? s.request : 0, s.pages, page_first, staged_count);
   const int ties_here = min(max(ties - equal_before, 0), cta_equal);  // taken from this CTA
   int position = greater_before + min(equal_before, ties) + warp_greater_before + min(warp_equal_before, ties_here);
   int equal_seen = warp_equal_before;  // ties in this CTA before the current entry
   const unsigned below = (1u << lane) - 1;
-  for (int j = 0; 32 * j < run_len; ++j) {  // warp-uniform bound
-    const std::uint32_t key = valid(j) ? key_of(j) : 0u;
-    const bool is_greater = valid(j) && key > threshold;
-    const bool is_equal = valid(j) && key == threshold;
-    const unsigned equal_ballot = __ballot_sync(0xffffffffu, is_equal);
+  for (std::uint32_t any = __reduce_or_sync(kFull, greater_mask | equal_mask); any != 0; any &= any - 1) {
+    const int j = __ffs(static_cast<int>(any)) - 1;  // warp-uniform
+    const bool is_greater = (greater_mask >> j) & 1u;
+    const bool is_equal = (equal_mask >> j) & 1u;
+    const unsigned equal_ballot = __ballot_sync(kFull, is_equal);
     const bool take = is_greater || (is_equal && equal_seen + __popc(equal_ballot & below) < ties_here);
-    const unsigned take_ballot = __ballot_sync(0xffffffffu, take);
+    const unsigned take_ballot = __ballot_sync(kFull, take);
     if (take) out.write(position + __popc(take_ballot & below), base + run + 32 * j + lane);
     position += __popc(take_ballot);
     equal_seen += __popc(equal_ballot);
