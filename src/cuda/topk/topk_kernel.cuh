@@ -84,9 +84,6 @@ __device__ __forceinline__ void copy_async16(void* shared, const void* global) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
 }
-__device__ __forceinline__ void prefetch_l2(const void* global) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(global));
-}
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ int warp_inclusive_scan(int value) {
@@ -236,10 +233,6 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   const bool vector_rows = p.num_cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(p.scores) % 16 == 0;
   const int loaded = min(max(p.num_cols - base, 0), kSlice);  // entries of the row in this CTA's range
   const int visible = min(max(__ldg(p.visible + row), 0), p.num_cols);
-  if (tid == 0) {  // the output rows' address translation, long before they are written
-    prefetch_l2(p.indices + row * k);
-    if (p.slots) prefetch_l2(p.slots + row * k);
-  }
   if (vector_rows) {  // the scores land in s_keys (no registers held); each thread converts its own
 #pragma unroll
     for (int q = 0; q < kVectors; ++q) {
@@ -310,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     }
     if (from == 0) *reinterpret_cast<int4*>(s.slice_count + 4 * quad) = c;
   }
-  // The page-table slice of this CTA's visible entries: loads issued now, stored after step 3.
+  // The page-table slice of this CTA's visible entries: loads issued now, stored after step 2.
   const int page_first = base / p.entries_per_page;
   int staged_count = 0, page_value = 0;
   if (p.slots) {
@@ -358,6 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
       }
     }
   }
+  if (tid < staged_count) s.pages[tid] = page_value;
   __syncthreads();
   const int bin = s.found_bin, bin_count = s.found_count;
   int remaining = k - s.found_above;  // how many to take from the bin, 1..bin_count
@@ -400,7 +394,6 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
       }
     }
   }
-  if (tid < staged_count) s.pages[tid] = page_value;  // waited on only now: read in step 5
   cluster.sync();  // gathered lists and cta_above complete in every CTA
 
   // ---- 4. the exact threshold key τ, and the counts of keys > τ and == τ ----
