@@ -8,8 +8,9 @@
 // one entry, ballots over j visit entries in index order, and shared-memory reads are conflict-free.
 // The keys are binned once and compared twice; only the selected entries are visited at the end.
 //
-//  1. load: every 16-byte load of a thread is issued before `visible` and the page table are
-//     waited on; the keys go to shared memory and into a 4096-bin histogram (bins.hpp).
+//  1. load: every 16-byte load of the CTA's slice is issued (cp.async, straight into shared memory)
+//     before `visible` is waited on; each thread turns its scores into keys in place and counts
+//     them in a 4096-bin histogram (bins.hpp).
 //  2. the cluster sums the histogram scattered: thread t of CTA r reads one int4 of bins of slice r
 //     from CTA t mod cs (one DSMEM load a thread for any cs), lanes add by shuffles; each CTA scans
 //     its slice from the top; every CTA then reads the cs slice totals and the owning slice's
