@@ -46,6 +46,10 @@ struct Staging {
   __device__ float4* slot(int stage, int row, int vector) const {
     return column + ((stage * Config::kBatch + row) * Config::kVectors + vector) * Config::kBlockThreads;
   }
+  // Kept vector i < Config::kKeptVectors (never overwritten by the copies).
+  __device__ float4* kept(int i) const {
+    return column + (Config::kStages * Config::kBatch * Config::kVectors + i) * Config::kBlockThreads;
+  }
 };
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -94,6 +98,12 @@ __device__ __forceinline__ StepRequest step_request(const KernelParams& p, std::
 __device__ __forceinline__ std::int32_t step_page(const KernelParams& p, std::int64_t i) {
   if (p.metadata_inline) return reinterpret_cast<const std::int32_t*>(p.inline_metadata + p.inline_pages_offset)[i];
   return p.pages[i];
+}
+
+// Split event i of the step (params.hpp).
+__device__ __forceinline__ SplitEvent step_split_event(const KernelParams& p, std::int64_t i) {
+  if (p.split_events_inline) return reinterpret_cast<const SplitEvent*>(p.inline_metadata + p.inline_split_offset)[i];
+  return p.split_events[i];
 }
 
 // The request owning work item `item`: item_begin[r] ≤ item < item_begin[r + 1].
