@@ -142,16 +142,20 @@ struct EntryTarget {
   int index_in_page = 0;
   std::int32_t cache_slot = 0;
 };
-__device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
+// `physical`: the cache page holding the entry (entry_target looks it up in the step's pages).
+__device__ __forceinline__ EntryTarget entry_target_in_page(const KernelParams& p, const StepRequest& r, int event,
+                                                            std::int32_t physical) {
   EntryTarget t;
   t.entry = r.prefix / p.ratio + event;
   t.event_row = r.first_event + event;
-  const std::int64_t logical_page = t.entry / p.entries_per_page;
-  const std::int32_t physical = step_page(p, r.page_offset + (logical_page - r.first_page));
-  t.index_in_page = static_cast<int>(t.entry - logical_page * p.entries_per_page);
+  t.index_in_page = static_cast<int>(t.entry % p.entries_per_page);
   t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
   t.cache_slot = physical * p.entries_per_page + t.index_in_page;
   return t;
+}
+__device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
+  const std::int64_t logical_page = (r.prefix / p.ratio + event) / p.entries_per_page;
+  return entry_target_in_page(p, r, event, step_page(p, r.page_offset + (logical_page - r.first_page)));
 }
 
 }  // namespace dsv4::cuda::compressor

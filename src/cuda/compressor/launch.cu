@@ -98,6 +98,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
         compressor::SplitEvent event;
         event.request = s;
         event.event = e;
+        event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
         split.push_back(event);
       }
     }

@@ -51,12 +51,13 @@ struct StepRequest {
 };
 static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
 
-// A head event computed by split units: its request (a copy, so a split unit's first load is
-// its only metadata load) and the event index (< coff). 64 bytes.
+// A head event computed by split units: its request and entry page (copies, so a split unit's
+// first load is its only metadata load) and the event index (< coff). 64 bytes.
 struct SplitEvent {
   StepRequest request;
   std::int32_t event = 0;
-  std::int32_t padding[3] = {};
+  std::int32_t page = 0;  // physical cache page of its entry
+  std::int32_t padding[2] = {};
 };
 static_assert(sizeof(SplitEvent) == 64, "uploaded as raw bytes");
 

@@ -111,7 +111,19 @@ __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const Softma
   }
 }
 
-// A partial in this thread's 3 kept staging vectors.
+// Where the ape vector of row u of a staged batch goes: its third staging vector, or (short
+// windows, which stage ape only in heads) kept vector stage·kBatch + u.
+template <class Config>
+__device__ __forceinline__ float4* ape_slot(const Staging<Config>& staging, int stage, int u) {
+  if constexpr (Config::kStageApe) {
+    return staging.slot(stage, u, 2);
+  } else {
+    static_assert(Config::kKeptVectors >= Config::kStages * Config::kBatch, "a kept ape slot per staged row");
+    return staging.kept(stage * Config::kBatch + u);
+  }
+}
+
+// A partial in this thread's 3 kept staging vectors (long windows).
 template <class Config>
 __device__ __forceinline__ void store_partial(const Staging<Config>& staging, const SoftmaxPartial& v) {
   *staging.kept(0) = make_float4(v.max[0], v.max[1], v.max[2], v.max[3]);
@@ -135,12 +147,16 @@ __device__ __forceinline__ int slice_start(const EventWindow& window, int s) {
 // (which starts empty): each slice is folded from scratch, kBatch candidates at a time through the
 // staging slots, and the copies stream across slice boundaries (the next batch is always in
 // flight while one is folded). With one slice per event (short windows), chain = that fold.
+// stage_new_ape (short windows): copy the new rows' ape with their rows instead of reading it from
+// L1 after they land — a head's ape is a cold miss that would wait behind the copies, while in
+// a prefill body it is L1-hot and staging it costs bandwidth (long windows always stage it).
 template <class Config>
 __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWindow& window, int first_slice,
                                             int end_slice, int lane, const Staging<Config>& staging,
-                                            SoftmaxPartial& chain) {
+                                            bool stage_new_ape, SoftmaxPartial& chain) {
   static_assert(Config::kStages == 2, "one batch in flight while the other is folded");
   constexpr int kBatch = Config::kBatch;
+  const bool stage_ape = Config::kStageApe || stage_new_ape;
   // A batch: candidates [j, min(j + kBatch, end)) of slice `slice` (end = the slice's end).
   struct Batch {
     int slice, j, end;
@@ -163,9 +179,7 @@ __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWin
       copy_async16(staging.slot(stage, u, 0), c.value);
       copy_async16(staging.slot(stage, u, 1), c.score);
       // Ring rows hold score + ape already: their ape slot is never read.
-      if constexpr (Config::kStageApe) {
-        if (c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
-      }
+      if (stage_ape && c.is_new) copy_async16(ape_slot(staging, stage, u), c.ape);
     }
     copy_async_commit();
   };
@@ -194,8 +208,8 @@ __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWin
       const int j = fold.j + u;
       const bool valid = j < fold.end;
       const Candidate c = window.candidate(rows, valid ? j : fold.j, lane);
-      float4 bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
-      if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
+      float4 bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
+      if (c.is_new) bias = stage_ape ? *ape_slot(staging, stage, u) : load_shared_input(c.ape);
       to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
       if (!valid) {
 #pragma unroll
@@ -271,12 +285,12 @@ __device__ __forceinline__ void normalize(const SoftmaxPartial& total, float (&c
 template <class Config>
 __device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                int event, int group, int lane, const float (&norm)[4],
-                                               const Staging<Config>& staging, double* s_sum) {
+                                               const Staging<Config>& staging, bool stage_new_ape, double* s_sum) {
   const EventWindow window = event_window<Config>(p, rows, r, event);
   const EntryTarget target = entry_target(p, r, event);
   SoftmaxPartial chain;
   pool_slices<Config>(rows, window, group * Config::kSlicesPerGroup, (group + 1) * Config::kSlicesPerGroup, lane,
-                      staging, chain);
+                      staging, stage_new_ape, chain);
 
   if constexpr (Config::kGroups > 1) {
     // The scratch aliases the staging slots: every thread has finished reading its own before the
@@ -323,7 +337,7 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const EventWindow window = event_window<Config>(p, rows, r, split.event);
   const int slice = part * Config::kGroups + group;
   SoftmaxPartial partial;
-  pool_slices<Config>(rows, window, slice, slice + 1, lane, staging, partial);
+  pool_slices<Config>(rows, window, slice, slice + 1, lane, staging, true, partial);
   float* partials = p.split_partials + static_cast<std::int64_t>(index) * Config::kSlices * 3 * c;  // [kSlices][3][c]
   float* mine = partials + slice * 3 * c;
   store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
@@ -354,7 +368,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   }
   float compressed[4];
   normalize(total, compressed);
-  finish_event<Config>(p, compressed, lane, group == 0, entry_target(p, r, split.event), norm, s_sum);
+  finish_event<Config>(p, compressed, lane, group == 0, entry_target_in_page(p, r, split.event, split.page), norm,
+                       s_sum);
 }
 
 // Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
@@ -456,14 +471,14 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int head_events = head_event_count(p, r);
   if (place.index != 0) {
     two_pass_event<Config>(p, rows, r, head_events + static_cast<int>(place.index) - 1, group, lane, norm, staging,
-                           s_sum);
+                           false, s_sum);
     return;
   }
   // The head: the events whose windows may reach into the ring (unless split units compute them),
   // then the ring writes unless the ring item runs them.
   const bool parallel_ring = ring_item_writes(p, rows, r, head_events);
   if (p.split_events_count > 0 && parallel_ring) return;  // every such head's events are split (launch.cu)
-  for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
+  for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, true, s_sum);
   if (!parallel_ring) {
     unit_sync<Config>();  // every read of the unit precedes the writes
     write_ring<Config>(p, rows, r, thread);
