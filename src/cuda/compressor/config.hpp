@@ -56,19 +56,19 @@ inline constexpr int kLongWindowSlices = 16;
 
 // Two-pass (softmax over the stored rows of the window). Batches of 4 candidates in two stages:
 //   short windows (C4: 8 candidates = both stages, copied together): ape from L1 (16 KB for C4);
-//     4 blocks per SM (≤ 128 registers; 5 would spill);
-//   short windows also keep one vector per staged row for the ape of a head's new rows (copied with
-//     them; bodies read ape from L1): 48 KB per 128 threads;
+//     32 KB of staging per 128 threads, 4 blocks per SM (≤ 128 registers; 5 would spill);
 //   long windows (C128): the slices split over 2 (c = 512) or 4 (c = 128) groups, ape staged, and 3
 //     kept vectors per thread for the group's merged slices (128 registers at c = 512 otherwise spill);
-//     108 KB per 256-thread block (2 per SM) or 54 KB per 128 (4 per SM).
+//     108 KB per 256-thread block (2 per SM) or 54 KB per 128 (4 per SM): more than the 196 KB
+//     shared-memory configuration of an SM, so the launch asks for the largest (kMaxSharedCarveout).
 template <int kWidth, bool kLongWindow>
 struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
                        StagingConfig<4, 2, kLongWindow,
                                      UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads,
-                                     kLongWindow ? 3 : 2 * 4> {
+                                     kLongWindow ? 3 : 0> {
   using Unit = UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>;
   static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 4;
+  static constexpr bool kMaxSharedCarveout = kLongWindow;  // no L1 reads to speak of: all shared memory
   static constexpr int kSlices = kLongWindow ? kLongWindowSlices : 1;  // candidate slices per event
   static constexpr int kSlicesPerGroup = kSlices / Unit::kGroups;
   // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.

@@ -46,6 +46,8 @@ struct Staging {
   __device__ float4* slot(int stage, int row, int vector) const {
     return column + ((stage * Config::kBatch + row) * Config::kVectors + vector) * Config::kBlockThreads;
   }
+  // Staging slot k < kStages·kBatch·kVectors in any order (for uses other than batches of rows).
+  __device__ float4* linear(int k) const { return column + k * Config::kBlockThreads; }
   // Kept vector i < Config::kKeptVectors (never overwritten by the copies).
   __device__ float4* kept(int i) const {
     return column + (Config::kStages * Config::kBatch * Config::kVectors + i) * Config::kBlockThreads;

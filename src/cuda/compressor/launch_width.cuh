@@ -22,6 +22,14 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
   static const cudaError_t opted_in =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kBytes);
   if (opted_in != cudaSuccess) return opted_in;
+  if constexpr (requires { Config::kMaxSharedCarveout; }) {
+    // Resident blocks that need more than the 196 KB configuration may otherwise get fewer per SM.
+    static const cudaError_t carveout =
+        Config::kMaxSharedCarveout
+            ? cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared)
+            : cudaSuccess;
+    if (carveout != cudaSuccess) return carveout;
+  }
   const std::int64_t items = params.num_items + params.ring_items;
   const std::int64_t blocks = leading_blocks + (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
   kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, Config::kBytes, stream>>>(params);

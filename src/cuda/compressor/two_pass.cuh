@@ -111,18 +111,6 @@ __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const Softma
   }
 }
 
-// Where the ape vector of row u of a staged batch goes: its third staging vector, or (short
-// windows, which stage ape only in heads) kept vector stage·kBatch + u.
-template <class Config>
-__device__ __forceinline__ float4* ape_slot(const Staging<Config>& staging, int stage, int u) {
-  if constexpr (Config::kStageApe) {
-    return staging.slot(stage, u, 2);
-  } else {
-    static_assert(Config::kKeptVectors >= Config::kStages * Config::kBatch, "a kept ape slot per staged row");
-    return staging.kept(stage * Config::kBatch + u);
-  }
-}
-
 // A partial in this thread's 3 kept staging vectors (long windows).
 template <class Config>
 __device__ __forceinline__ void store_partial(const Staging<Config>& staging, const SoftmaxPartial& v) {
@@ -147,16 +135,12 @@ __device__ __forceinline__ int slice_start(const EventWindow& window, int s) {
 // (which starts empty): each slice is folded from scratch, kBatch candidates at a time through the
 // staging slots, and the copies stream across slice boundaries (the next batch is always in
 // flight while one is folded). With one slice per event (short windows), chain = that fold.
-// stage_new_ape (short windows): copy the new rows' ape with their rows instead of reading it from
-// L1 after they land — a head's ape is a cold miss that would wait behind the copies, while in
-// a prefill body it is L1-hot and staging it costs bandwidth (long windows always stage it).
 template <class Config>
 __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWindow& window, int first_slice,
                                             int end_slice, int lane, const Staging<Config>& staging,
-                                            bool stage_new_ape, SoftmaxPartial& chain) {
+                                            SoftmaxPartial& chain) {
   static_assert(Config::kStages == 2, "one batch in flight while the other is folded");
   constexpr int kBatch = Config::kBatch;
-  const bool stage_ape = Config::kStageApe || stage_new_ape;
   // A batch: candidates [j, min(j + kBatch, end)) of slice `slice` (end = the slice's end).
   struct Batch {
     int slice, j, end;
@@ -178,8 +162,10 @@ __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWin
       const Candidate c = window.candidate(rows, j < b.end ? j : b.j, lane);  // padding copies a real row
       copy_async16(staging.slot(stage, u, 0), c.value);
       copy_async16(staging.slot(stage, u, 1), c.score);
-      // Ring rows hold score + ape already: their ape slot is never read.
-      if (stage_ape && c.is_new) copy_async16(ape_slot(staging, stage, u), c.ape);
+      // Ring rows hold score + ape already: their ape slot is never copied nor read.
+      if constexpr (Config::kStageApe) {
+        if (c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
+      }
     }
     copy_async_commit();
   };
@@ -209,7 +195,7 @@ __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWin
       const bool valid = j < fold.end;
       const Candidate c = window.candidate(rows, valid ? j : fold.j, lane);
       float4 bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
-      if (c.is_new) bias = stage_ape ? *ape_slot(staging, stage, u) : load_shared_input(c.ape);
+      if (c.is_new) bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
       to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
       if (!valid) {
 #pragma unroll
@@ -279,22 +265,12 @@ __device__ __forceinline__ void normalize(const SoftmaxPartial& total, float (&c
   for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(total.weighted[k], total.sum[k]);
 }
 
-// Computes and stores event `event` of request `r` in one unit (every thread takes part): group g
-// folds slices [g·kSlicesPerGroup, (g + 1)·kSlicesPerGroup), then group 0 merges the groups' chains
-// in group order (the shape split_event_unit reproduces).
+// Group 0's `chain` ← the merge of every group's chain in group order (the unit's threads all call
+// it; the others' chains are left as they were). The scratch aliases the staging slots: every
+// thread has finished reading its own before the first barrier.
 template <class Config>
-__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                               int event, int group, int lane, const float (&norm)[4],
-                                               const Staging<Config>& staging, bool stage_new_ape, double* s_sum) {
-  const EventWindow window = event_window<Config>(p, rows, r, event);
-  const EntryTarget target = entry_target(p, r, event);
-  SoftmaxPartial chain;
-  pool_slices<Config>(rows, window, group * Config::kSlicesPerGroup, (group + 1) * Config::kSlicesPerGroup, lane,
-                      staging, stage_new_ape, chain);
-
+__device__ __forceinline__ void merge_groups(int group, int lane, const Staging<Config>& staging, SoftmaxPartial& chain) {
   if constexpr (Config::kGroups > 1) {
-    // The scratch aliases the staging slots: every thread has finished reading its own before the
-    // first barrier.
     constexpr int c = Config::kWidth;
     float* merge = reinterpret_cast<float*>(staging.column - threadIdx.x);  // [group][max | sum | weighted][c]
     unit_sync<Config>();
@@ -317,6 +293,22 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
     }
     unit_sync<Config>();  // the merge has been read: the staging slots may be refilled
   }
+}
+
+// Computes and stores event `event` of request `r` in one unit (every thread takes part): group g
+// folds slices [g·kSlicesPerGroup, (g + 1)·kSlicesPerGroup), then group 0 merges the groups' chains
+// in group order (the shape split_event_unit reproduces).
+template <class Config>
+__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                               int event, int group, int lane, const float (&norm)[4],
+                                               const Staging<Config>& staging, double* s_sum) {
+  const EventWindow window = event_window<Config>(p, rows, r, event);
+  const EntryTarget target = entry_target(p, r, event);
+  SoftmaxPartial chain;
+  pool_slices<Config>(rows, window, group * Config::kSlicesPerGroup, (group + 1) * Config::kSlicesPerGroup, lane,
+                      staging, chain);
+
+  merge_groups<Config>(group, lane, staging, chain);
   float compressed[4];
   normalize(chain, compressed);
   finish_event<Config>(p, compressed, lane, group == 0, target, norm, s_sum);
@@ -324,8 +316,8 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
 
 // Split unit `part` of split event `index` (a block; config.hpp): group g folds slice
 // part·kGroups + g into the step's partials scratch; the last unit of the event to finish merges
-// all kSlices partials in two_pass_event's shape (left fold over each group's slices, then over the
-// groups) and stores the entry.
+// all kSlices partials in two_pass_event's shape (group g: left fold over slices
+// [g·kSlicesPerGroup, (g + 1)·kSlicesPerGroup); then left fold over the groups) and stores the entry.
 template <class Config>
 __device__ __forceinline__ void split_event_unit(const KernelParams& p, int index, int part, int group, int lane,
                                                  const float (&norm)[4], const Staging<Config>& staging,
@@ -337,7 +329,7 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const EventWindow window = event_window<Config>(p, rows, r, split.event);
   const int slice = part * Config::kGroups + group;
   SoftmaxPartial partial;
-  pool_slices<Config>(rows, window, slice, slice + 1, lane, staging, true, partial);
+  pool_slices<Config>(rows, window, slice, slice + 1, lane, staging, partial);
   float* partials = p.split_partials + static_cast<std::int64_t>(index) * Config::kSlices * 3 * c;  // [kSlices][3][c]
   float* mine = partials + slice * 3 * c;
   store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
@@ -351,23 +343,28 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   if (!*s_last) return;
   __threadfence();  // every other unit's partials are seen after its count
   if (threadIdx.x == 0) p.split_counters[index] = 0;  // ready for the next launch (graph replays)
-  SoftmaxPartial total = empty_partial();
-  if (group == 0) {
-    for (int g = 0; g < Config::kGroups; ++g) {
-      SoftmaxPartial chain = empty_partial();
-      for (int s = g * Config::kSlicesPerGroup; s < (g + 1) * Config::kSlicesPerGroup; ++s) {
-        const float* stored = partials + s * 3 * c;  // written by other SMs: read from L2, not L1
-        SoftmaxPartial theirs;
-        to_array(__ldcg(reinterpret_cast<const float4*>(stored + 4 * lane)), theirs.max);
-        to_array(__ldcg(reinterpret_cast<const float4*>(stored + c + 4 * lane)), theirs.sum);
-        to_array(__ldcg(reinterpret_cast<const float4*>(stored + 2 * c + 4 * lane)), theirs.weighted);
-        merge_partial(chain, theirs);
-      }
-      merge_partial(total, chain);
-    }
+  // Each thread copies its 4 channels of its group's slices' partials into its own staging slots
+  // (one L2 round trip for all of them, instead of one per slice), folds them into its group's
+  // chain, and the groups merge as in two_pass_event.
+  static_assert(3 * Config::kSlicesPerGroup <= Config::kStages * Config::kBatch * Config::kVectors,
+                "a thread's staging slots hold its group's partials");
+  for (int i = 0; i < Config::kSlicesPerGroup; ++i) {
+    const float* stored = partials + (group * Config::kSlicesPerGroup + i) * 3 * c + 4 * lane;  // by other SMs: L2
+    for (int v = 0; v < 3; ++v) copy_async16(staging.linear(3 * i + v), stored + v * c);
   }
+  copy_async_commit();
+  copy_async_wait<0>();
+  SoftmaxPartial chain = empty_partial();
+  for (int i = 0; i < Config::kSlicesPerGroup; ++i) {
+    SoftmaxPartial theirs;
+    to_array(*staging.linear(3 * i), theirs.max);
+    to_array(*staging.linear(3 * i + 1), theirs.sum);
+    to_array(*staging.linear(3 * i + 2), theirs.weighted);
+    merge_partial(chain, theirs);
+  }
+  merge_groups<Config>(group, lane, staging, chain);
   float compressed[4];
-  normalize(total, compressed);
+  normalize(chain, compressed);
   finish_event<Config>(p, compressed, lane, group == 0, entry_target_in_page(p, r, split.event, split.page), norm,
                        s_sum);
 }
@@ -471,14 +468,14 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int head_events = head_event_count(p, r);
   if (place.index != 0) {
     two_pass_event<Config>(p, rows, r, head_events + static_cast<int>(place.index) - 1, group, lane, norm, staging,
-                           false, s_sum);
+                           s_sum);
     return;
   }
   // The head: the events whose windows may reach into the ring (unless split units compute them),
   // then the ring writes unless the ring item runs them.
   const bool parallel_ring = ring_item_writes(p, rows, r, head_events);
   if (p.split_events_count > 0 && parallel_ring) return;  // every such head's events are split (launch.cu)
-  for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, true, s_sum);
+  for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
   if (!parallel_ring) {
     unit_sync<Config>();  // every read of the unit precedes the writes
     write_ring<Config>(p, rows, r, thread);
