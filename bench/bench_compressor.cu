@@ -247,7 +247,7 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
                   std::map<std::string, Prefill8K>& first_8k) {
   Step step(kind, {0}, tokens, 7);
   void* device_layout = nullptr;
-  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");
+  check_cuda(cudaMalloc(&device_layout, step.layout.bytes.size()), "cudaMalloc(layout)");
   check_cuda(cudaMemcpy(device_layout, step.layout.bytes.data(), step.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
   const std::vector<float> state_before = host_vector<float>(step.pool.storage());
   const double us = bench::time_us([&](cudaStream_t s) { cuda::launch_compress_step(step.args, step.layout, device_layout, s); });
@@ -292,7 +292,7 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   // The step as a serving loop would replay it: upload the metadata from pinned memory, launch.
   void *pinned = nullptr, *device_layout = nullptr;
   check_cuda(cudaMallocHost(&pinned, step.layout.bytes.size()), "cudaMallocHost");
-  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");
+  check_cuda(cudaMalloc(&device_layout, step.layout.bytes.size()), "cudaMalloc(layout)");
   std::memcpy(pinned, step.layout.bytes.data(), step.layout.bytes.size());
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");

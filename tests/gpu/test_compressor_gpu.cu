@@ -696,7 +696,7 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   void* pinned = nullptr;
   void* device_layout = nullptr;
   ASSERT_EQ(cudaMallocHost(&pinned, layout.bytes.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device_layout, layout.device_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&device_layout, layout.bytes.size()), cudaSuccess);
   std::memcpy(pinned, layout.bytes.data(), layout.bytes.size());
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);

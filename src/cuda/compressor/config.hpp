@@ -32,49 +32,29 @@ struct UnitConfig {
   static_assert(kWarpUnit || kUnitsPerBlock == 1, "multi-warp units own their block");
 };
 
-// Staging of one kernel: kStages × kBatch candidates (rows) × kVectors 16-byte vectors per thread,
-// then kKeptVectors more 16-byte slots per thread for values kept across batches (off registers).
-template <int kBatch_, int kStages_, bool kStageApe_, int kBlockThreads, int kKeptVectors_ = 0>
+// Staging of one kernel: kStages × kBatch candidates (rows) × kVectors 16-byte vectors per thread.
+template <int kBatch_, int kStages_, bool kStageApe_, int kBlockThreads>
 struct StagingConfig {
   static constexpr int kBatch = kBatch_;        // rows copied before any math on them
   static constexpr int kStages = kStages_;      // 2: the next batch is in flight during this one's math
   static constexpr bool kStageApe = kStageApe_; // copy the ape row too (large ape: C128); else __ldg (L1-hot)
   static constexpr int kVectors = kStageApe ? 3 : 2;
-  static constexpr int kKeptVectors = kKeptVectors_;
-  static constexpr int kBytes = (kStages * kBatch * kVectors + kKeptVectors) * 16 * kBlockThreads;  // dynamic shared memory
+  static constexpr int kBytes = kStages * kBatch * kVectors * 16 * kBlockThreads;  // dynamic shared memory
 };
 
 constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
 
-// Long windows (C128) split an event's K candidates into kLongWindowSlices consecutive slices
-// (slice s = [s·K/S, (s+1)·K/S)), each folded from scratch; the slices' partial statistics are then
-// merged in a fixed shape (two_pass.cuh: a left fold over each group's slices, then over the
-// groups). The shape, not the threads that run it, defines the bytes: one unit may fold all the
-// slices (its groups taking S/G each), or a decode step may spread them over S/G blocks ("split
-// units") whose partials the last block to finish merges — identical results either way.
-inline constexpr int kLongWindowSlices = 16;
-
 // Two-pass (softmax over the stored rows of the window). Batches of 4 candidates in two stages:
 //   short windows (C4: 8 candidates = both stages, copied together): ape from L1 (16 KB for C4);
 //     32 KB of staging per 128 threads, 4 blocks per SM (≤ 128 registers; 5 would spill);
-//   long windows (C128): the slices split over 2 (c = 512) or 4 (c = 128) groups, ape staged, and 3
-//     kept vectors per thread for the group's merged slices (128 registers at c = 512 otherwise spill);
-//     108 KB per 256-thread block (2 per SM) or 54 KB per 128 (4 per SM): more than the 196 KB
-//     shared-memory configuration of an SM, so the launch asks for the largest (kMaxSharedCarveout).
+//   long windows (C128): the rows split over 2 (c = 512) or 4 (c = 128) groups, ape staged;
+//     96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM).
 template <int kWidth, bool kLongWindow>
 struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
                        StagingConfig<4, 2, kLongWindow,
-                                     UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads,
-                                     kLongWindow ? 3 : 0> {
+                                     UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads> {
   using Unit = UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>;
   static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 4;
-  static constexpr bool kMaxSharedCarveout = kLongWindow;  // no L1 reads to speak of: all shared memory
-  static constexpr int kSlices = kLongWindow ? kLongWindowSlices : 1;  // candidate slices per event
-  static constexpr int kSlicesPerGroup = kSlices / Unit::kGroups;
-  // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.
-  static constexpr int kSplitUnits = kSlicesPerGroup;
-  static_assert(kSlices % Unit::kGroups == 0, "every group folds the same number of slices");
-  static_assert(!kLongWindow || Unit::kUnitsPerBlock == 1, "a split unit is one block");
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two

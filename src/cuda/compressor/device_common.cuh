@@ -46,12 +46,6 @@ struct Staging {
   __device__ float4* slot(int stage, int row, int vector) const {
     return column + ((stage * Config::kBatch + row) * Config::kVectors + vector) * Config::kBlockThreads;
   }
-  // Staging slot k < kStages·kBatch·kVectors in any order (for uses other than batches of rows).
-  __device__ float4* linear(int k) const { return column + k * Config::kBlockThreads; }
-  // Kept vector i < Config::kKeptVectors (never overwritten by the copies).
-  __device__ float4* kept(int i) const {
-    return column + (Config::kStages * Config::kBatch * Config::kVectors + i) * Config::kBlockThreads;
-  }
 };
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -102,12 +96,6 @@ __device__ __forceinline__ std::int32_t step_page(const KernelParams& p, std::in
   return p.pages[i];
 }
 
-// Split event i of the step (params.hpp).
-__device__ __forceinline__ SplitEvent step_split_event(const KernelParams& p, std::int64_t i) {
-  if (p.split_events_inline) return reinterpret_cast<const SplitEvent*>(p.inline_metadata + p.inline_split_offset)[i];
-  return p.split_events[i];
-}
-
 // The request owning work item `item`: item_begin[r] ≤ item < item_begin[r + 1].
 __device__ __forceinline__ int request_of_item(const KernelParams& p, std::int64_t item) {
   if (p.one_item_per_request) return static_cast<int>(item);
@@ -144,20 +132,16 @@ struct EntryTarget {
   int index_in_page = 0;
   std::int32_t cache_slot = 0;
 };
-// `physical`: the cache page holding the entry (entry_target looks it up in the step's pages).
-__device__ __forceinline__ EntryTarget entry_target_in_page(const KernelParams& p, const StepRequest& r, int event,
-                                                            std::int32_t physical) {
+__device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
   EntryTarget t;
   t.entry = r.prefix / p.ratio + event;
   t.event_row = r.first_event + event;
-  t.index_in_page = static_cast<int>(t.entry % p.entries_per_page);
+  const std::int64_t logical_page = t.entry / p.entries_per_page;
+  const std::int32_t physical = step_page(p, r.page_offset + (logical_page - r.first_page));
+  t.index_in_page = static_cast<int>(t.entry - logical_page * p.entries_per_page);
   t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
   t.cache_slot = physical * p.entries_per_page + t.index_in_page;
   return t;
-}
-__device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
-  const std::int64_t logical_page = (r.prefix / p.ratio + event) / p.entries_per_page;
-  return entry_target_in_page(p, r, event, step_page(p, r.page_offset + (logical_page - r.first_page)));
 }
 
 }  // namespace dsv4::cuda::compressor

@@ -63,9 +63,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   require_aligned(a.cache, "cache");
   if (a.out_compressed) require_aligned(a.out_compressed, "outputs.compressed");
 
-  const bool long_window = !spec.online && spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
   std::vector<StepRequest> requests;
-  std::vector<compressor::SplitEvent> split;
   std::vector<std::int64_t> item_begin{0};
   std::vector<std::int32_t> pages;
   const int per_page = a.entries_per_page;
@@ -89,19 +87,6 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
         pages.push_back(plan.events[static_cast<std::size_t>(r.first_event + event)].cache_slot / per_page);
       }
     }
-    // Long-window head events of requests whose ring item writes in parallel (decode steps) are
-    // spread over split units (the kernel applies the same rule to skip them in the head).
-    const auto head = static_cast<int>(head_events(spec, r.num_events));
-    if (long_window && compressor::ring_writes_in_parallel(s.prefix, s.new_tokens, head, spec.ratio, spec.overlap,
-                                                           a.records_per_slot)) {
-      for (int e = 0; e < head; ++e) {
-        compressor::SplitEvent event;
-        event.request = s;
-        event.event = e;
-        event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
-        split.push_back(event);
-      }
-    }
     requests.push_back(s);
     item_begin.push_back(item_begin.back() + 1 + (r.num_events - head_events(spec, r.num_events)));
   }
@@ -114,24 +99,16 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   require(layout.num_items + ring_items <= std::numeric_limits<std::int32_t>::max(), "batch",
           "the step has " + std::to_string(layout.num_items + ring_items) +
               " work items, more than one CUDA grid holds");
-  if (split.size() > static_cast<std::size_t>(compressor::kMaxSplitEvents)) split.clear();  // enough events to fill the GPU
-  layout.split_events = static_cast<std::int32_t>(split.size());
   layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
   layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
-  layout.split_events_offset = layout.pages_offset + align16(pages.size() * sizeof(std::int32_t));
-  layout.split_counters_offset = layout.split_events_offset + align16(split.size() * sizeof(compressor::SplitEvent));
-  layout.bytes.assign(layout.split_counters_offset + split.size() * sizeof(std::int32_t), 0);  // counters start at 0
+  layout.bytes.assign(layout.pages_offset + pages.size() * sizeof(std::int32_t), 0);
   std::memcpy(layout.bytes.data(), requests.data(), requests.size() * sizeof(StepRequest));
   std::memcpy(layout.bytes.data() + layout.item_begin_offset, item_begin.data(), item_begin.size() * sizeof(std::int64_t));
   std::memcpy(layout.bytes.data() + layout.pages_offset, pages.data(), pages.size() * sizeof(std::int32_t));
-  std::memcpy(layout.bytes.data() + layout.split_events_offset, split.data(), split.size() * sizeof(compressor::SplitEvent));
-  layout.split_partials_offset = align16(layout.bytes.size());
-  layout.device_bytes = layout.split_partials_offset + split.size() * compressor::kLongWindowSlices * 3 *
-                                                           static_cast<std::size_t>(spec.width) * sizeof(float);
   return layout;
 }
 
-void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, void* device_layout,
+void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, const void* device_layout,
                           void* stream, StepMetadata metadata) {
   if (layout.num_items == 0) return;
   const CompressorSpec& spec = *a.spec;
@@ -156,20 +133,13 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   p.requests = reinterpret_cast<const StepRequest*>(base);
   p.item_begin = reinterpret_cast<const std::int64_t*>(base + layout.item_begin_offset);
   p.pages = reinterpret_cast<const std::int32_t*>(base + layout.pages_offset);
-  p.split_events_count = layout.split_events;
-  if (layout.split_events > 0) {
-    auto* writable = static_cast<std::uint8_t*>(device_layout);
-    p.split_events = reinterpret_cast<const compressor::SplitEvent*>(base + layout.split_events_offset);
-    p.split_counters = reinterpret_cast<std::int32_t*>(writable + layout.split_counters_offset);
-    p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
-  }
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
   p.num_items = layout.num_items;
   // Decode steps small enough travel in the parameters: [requests | pad to 16 | pages] (no item_begin:
   // one item per request needs no search).
   const std::size_t request_bytes = static_cast<std::size_t>(layout.num_requests) * sizeof(StepRequest);
-  const std::size_t page_bytes = layout.split_events_offset - layout.pages_offset;  // with its padding
+  const std::size_t page_bytes = layout.bytes.size() - layout.pages_offset;
   const std::size_t inline_pages_offset = align16(request_bytes);
   if (metadata == StepMetadata::InParametersWhenSmall && layout.one_item_per_request &&
       inline_pages_offset + page_bytes <= sizeof(p.inline_metadata)) {
@@ -177,15 +147,6 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.inline_pages_offset = static_cast<std::int32_t>(inline_pages_offset);
     std::memcpy(p.inline_metadata, layout.bytes.data(), request_bytes);
     std::memcpy(p.inline_metadata + inline_pages_offset, layout.bytes.data() + layout.pages_offset, page_bytes);
-  }
-  // The split events too, where they fit after what the parameters already carry.
-  const std::size_t inline_used = p.metadata_inline ? align16(inline_pages_offset + page_bytes) : 0;
-  const std::size_t split_bytes = static_cast<std::size_t>(layout.split_events) * sizeof(compressor::SplitEvent);
-  if (metadata == StepMetadata::InParametersWhenSmall && layout.split_events > 0 &&
-      inline_used + split_bytes <= sizeof(p.inline_metadata)) {
-    p.split_events_inline = 1;
-    p.inline_split_offset = static_cast<std::int32_t>(inline_used);
-    std::memcpy(p.inline_metadata + inline_used, layout.bytes.data() + layout.split_events_offset, split_bytes);
   }
   p.ring_items = spec.online ? 0 : layout.num_requests;
   p.ratio = spec.ratio;
@@ -211,7 +172,7 @@ void run_compress(const ref::CompressArgs& args, void* stream) {
   if (layout.num_items == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   void* device_layout = nullptr;
-  check_cuda(cudaMallocAsync(&device_layout, layout.device_bytes, s), "cudaMallocAsync(step metadata)");
+  check_cuda(cudaMallocAsync(&device_layout, layout.bytes.size(), s), "cudaMallocAsync(step metadata)");
   // The host bytes may go away on return: a copy from pageable memory is staged before it returns.
   cudaError_t status = cudaMemcpyAsync(device_layout, layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice, s);
   if (status == cudaSuccess) {

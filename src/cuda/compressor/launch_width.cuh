@@ -14,24 +14,15 @@
 
 namespace dsv4::cuda::compressor {
 
-// Launches `kernel` with `leading_blocks` blocks (split units), then one unit per item
-// (num_items + ring_items).
+// Launches `kernel` with one unit per item (num_items + ring_items).
 template <class Config, class Kernel>
-cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream, std::int64_t leading_blocks = 0) {
+cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream) {
   // The staging needs more than the default 48 KB of dynamic shared memory: opt in once per kernel.
   static const cudaError_t opted_in =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kBytes);
   if (opted_in != cudaSuccess) return opted_in;
-  if constexpr (requires { Config::kMaxSharedCarveout; }) {
-    // Resident blocks that need more than the 196 KB configuration may otherwise get fewer per SM.
-    static const cudaError_t carveout =
-        Config::kMaxSharedCarveout
-            ? cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared)
-            : cudaSuccess;
-    if (carveout != cudaSuccess) return carveout;
-  }
   const std::int64_t items = params.num_items + params.ring_items;
-  const std::int64_t blocks = leading_blocks + (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
+  const std::int64_t blocks = (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
   kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, Config::kBytes, stream>>>(params);
   return cudaGetLastError();
 }
@@ -42,9 +33,7 @@ template <int kWidth>
 cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream) {
   if (online) return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
   if (long_window) {
-    using Config = TwoPassConfig<kWidth, true>;
-    return launch_items<Config>(two_pass_kernel<Config>, params, stream,
-                                static_cast<std::int64_t>(params.split_events_count) * Config::kSplitUnits);
+    return launch_items<TwoPassConfig<kWidth, true>>(two_pass_kernel<TwoPassConfig<kWidth, true>>, params, stream);
   }
   return launch_items<TwoPassConfig<kWidth, false>>(two_pass_kernel<TwoPassConfig<kWidth, false>>, params, stream);
 }

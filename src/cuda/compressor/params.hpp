@@ -11,22 +11,12 @@
 //   body: one event whose window lies entirely in this step's new rows;
 //   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
 //         head event, or every decode step), in parallel with its head.
-//   split unit (two-pass, long windows): a share of one head event's candidate slices (config.hpp),
-//         for requests whose ring item writes in parallel with the head (every decode step); the
-//         head then computes nothing, and the last split unit of the event to finish merges the
-//         partials and stores the entry. Split units come first in the grid (they start first).
 // Only a request's head reads its state, and a state write runs in parallel with it only where it
 // cannot touch those reads, so no state write can overtake a read of the same step (SPEC §6), with
 // one kernel launch per step.
 #pragma once
 
 #include <cstdint>
-
-#if defined(__CUDACC__)
-#define DSV4_COMPRESSOR_HOST_DEVICE __host__ __device__
-#else
-#define DSV4_COMPRESSOR_HOST_DEVICE
-#endif
 
 namespace dsv4::cuda::compressor {
 
@@ -50,32 +40,6 @@ struct StepRequest {
   std::int32_t first_page = 0;   // logical page held at pages[page_offset]
 };
 static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
-
-// A head event computed by split units: its request and entry page (copies, so a split unit's
-// first load is its only metadata load) and the event index (< coff). 64 bytes.
-struct SplitEvent {
-  StepRequest request;
-  std::int32_t event = 0;
-  std::int32_t page = 0;  // physical cache page of its entry
-  std::int32_t padding[2] = {};
-};
-static_assert(sizeof(SplitEvent) == 64, "uploaded as raw bytes");
-
-// Split events a step may have (else none is split: so many events fill the GPU on their own, and
-// the partials scratch, kSlices·3·c floats per event, stays ≤ 12 MB).
-inline constexpr int kMaxSplitEvents = 128;
-
-// Whether a two-pass request's ring writes can run in parallel with its head (its ring item writes
-// them): no ring row written this step (positions ≥ end − R) is one the head's events read, i.e.
-// the head has no event or end − (first position of event 0's window) ≤ R. True for every decode
-// step. The host plans split events with the same rule the kernel applies.
-DSV4_COMPRESSOR_HOST_DEVICE inline bool ring_writes_in_parallel(std::int64_t prefix, std::int64_t new_tokens,
-                                                                int head_events, int ratio, bool overlap, int ring_rows) {
-  if (head_events == 0) return true;
-  const std::int64_t entry = prefix / ratio;
-  const std::int64_t first_read = entry * ratio - ((overlap && entry >= 1) ? ratio : 0);
-  return prefix + new_tokens - first_read <= ring_rows;
-}
 
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
 
@@ -110,16 +74,6 @@ struct KernelParams {
   // Two-pass kernels: one ring item per request after the other items (item num_items + i writes
   // request i's ring when that can run in parallel with its head, two_pass.cuh); 0 for online.
   std::int64_t ring_items = 0;
-  // Two-pass long windows: split_events_count head events run as kSplitUnits blocks each, grid
-  // blocks [0, split_events_count · kSplitUnits); 0 = no event is split (heads compute their events).
-  const SplitEvent* split_events = nullptr;  // [split_events_count] (device copy of the layout's)
-  float* split_partials = nullptr;           // [split_events_count, kSlices, 3 (max | sum | weighted), c] scratch
-  std::int32_t* split_counters = nullptr;    // [split_events_count] zero between launches (the merging block resets)
-  std::int32_t split_events_count = 0;
-  // 1: the split events are at inline_metadata[inline_split_offset] (after the inline requests and
-  // pages, or alone when those are in device memory); split_events is then not read.
-  std::int32_t split_events_inline = 0;
-  std::int32_t inline_split_offset = 0;
   // Small decode steps (one item per request): the requests and pages travel in the parameters
   // (constant bank, written by the launch), so a unit's first load does not wait on a DRAM miss.
   // 1: requests at inline_metadata[0], pages at inline_metadata[inline_pages_offset]; the pointers
@@ -134,7 +88,7 @@ struct KernelParams {
   OutputKind output = OutputKind::Attention;
   double eps = 0;                 // RMSNorm eps
   float rope_frequencies[kMaxRopePairs] = {};  // f_i, float32, as RopeTable::frequencies()
-  alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages | pad | SplitEvent × E]
+  alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages]
 };
 static_assert(sizeof(KernelParams) <= 4096, "kernel parameters stay within the classic 4 KB");
 

@@ -75,127 +75,52 @@ struct EventWindow {
   }
 };
 
-// Running softmax statistics of 4 channels over the candidates seen so far (max = −inf: none yet).
+// Running softmax statistics of 4 channels over the candidates seen so far.
 struct SoftmaxPartial {
   float max[4], sum[4], weighted[4];
 };
 
-__device__ __forceinline__ SoftmaxPartial empty_partial() {
-  SoftmaxPartial e;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    e.max[k] = -INFINITY;
-    e.sum[k] = 0.0f;
-    e.weighted[k] = 0.0f;
-  }
-  return e;
-}
-
-// into ← into ⊕ next (the statistics of both candidate sets). Merging an empty partial (either
-// side) copies the other exactly, so empty slices never change a bit.
-__device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const SoftmaxPartial& next) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if (next.max[k] == -INFINITY) continue;
-    if (into.max[k] == -INFINITY) {
-      into.max[k] = next.max[k];
-      into.sum[k] = next.sum[k];
-      into.weighted[k] = next.weighted[k];
-      continue;
-    }
-    const float total_max = fmaxf(into.max[k], next.max[k]);
-    const float mine = __expf(__fsub_rn(into.max[k], total_max)), theirs = __expf(__fsub_rn(next.max[k], total_max));
-    into.sum[k] = __fmaf_rn(next.sum[k], theirs, __fmul_rn(into.sum[k], mine));
-    into.weighted[k] = __fmaf_rn(next.weighted[k], theirs, __fmul_rn(into.weighted[k], mine));
-    into.max[k] = total_max;
-  }
-}
-
-// A partial in this thread's 3 kept staging vectors (long windows).
+// Folds candidates [j_begin, j_end) of `window` into `acc`, kBatch at a time through the staging
+// slots, the next batch in flight while one is folded.
 template <class Config>
-__device__ __forceinline__ void store_partial(const Staging<Config>& staging, const SoftmaxPartial& v) {
-  *staging.kept(0) = make_float4(v.max[0], v.max[1], v.max[2], v.max[3]);
-  *staging.kept(1) = make_float4(v.sum[0], v.sum[1], v.sum[2], v.sum[3]);
-  *staging.kept(2) = make_float4(v.weighted[0], v.weighted[1], v.weighted[2], v.weighted[3]);
-}
-template <class Config>
-__device__ __forceinline__ void load_partial(const Staging<Config>& staging, SoftmaxPartial& v) {
-  to_array(*staging.kept(0), v.max);
-  to_array(*staging.kept(1), v.sum);
-  to_array(*staging.kept(2), v.weighted);
-}
-
-// First candidate of slice s of `window` (slice s = [slice_start(s), slice_start(s + 1))).
-template <class Config>
-__device__ __forceinline__ int slice_start(const EventWindow& window, int s) {
-  return s * window.count / Config::kSlices;
-}
-
-// Folds slices [first_slice, end_slice) of `window` and merges them, in slice order, into `chain`
-// (which starts empty): each slice is folded from scratch, kBatch candidates at a time through the
-// staging slots, and the copies stream across slice boundaries (the next batch is always in
-// flight while one is folded). With one slice per event (short windows), chain = that fold.
-template <class Config>
-__device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWindow& window, int first_slice,
-                                            int end_slice, int lane, const Staging<Config>& staging,
-                                            SoftmaxPartial& chain) {
-  static_assert(Config::kStages == 2, "one batch in flight while the other is folded");
+__device__ __forceinline__ void pool_candidates(const RingRows& rows, const EventWindow& window, int j_begin, int j_end,
+                                                int lane, const Staging<Config>& staging, SoftmaxPartial& acc) {
   constexpr int kBatch = Config::kBatch;
-  // A batch: candidates [j, min(j + kBatch, end)) of slice `slice` (end = the slice's end).
-  struct Batch {
-    int slice, j, end;
-  };
-  const auto first_batch_of = [&](int s) {  // of slice s, or of the next non-empty one
-    Batch b{s, 0, 0};
-    for (; b.slice < end_slice; ++b.slice) {
-      b.j = slice_start<Config>(window, b.slice);
-      b.end = slice_start<Config>(window, b.slice + 1);
-      if (b.j < b.end) break;
-    }
-    return b;
-  };
-  const auto next_batch = [&](Batch b) { return b.j + kBatch < b.end ? Batch{b.slice, b.j + kBatch, b.end} : first_batch_of(b.slice + 1); };
-  const auto copy_batch = [&](const Batch& b, int stage) {
+  const int batches = (j_end - j_begin + kBatch - 1) / kBatch;
+  const auto copy_batch = [&](int b) {
+    const int stage = b % Config::kStages;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int j = b.j + u;
-      const Candidate c = window.candidate(rows, j < b.end ? j : b.j, lane);  // padding copies a real row
+      const int j = j_begin + b * kBatch + u;
+      const Candidate c = window.candidate(rows, j < j_end ? j : j_begin, lane);  // padding copies a real row
       copy_async16(staging.slot(stage, u, 0), c.value);
       copy_async16(staging.slot(stage, u, 1), c.score);
-      // Ring rows hold score + ape already: their ape slot is never copied nor read.
-      if constexpr (Config::kStageApe) {
-        if (c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
-      }
+      if constexpr (Config::kStageApe) copy_async16(staging.slot(stage, u, 2), c.ape);
     }
     copy_async_commit();
   };
-
-  chain = empty_partial();
-  Batch fold = first_batch_of(first_slice);
-  if (fold.slice >= end_slice) return;  // no candidate
-  Batch copy = fold;
-  copy_batch(copy, 0);
-  copy = next_batch(copy);
-  SoftmaxPartial acc = empty_partial();
-  bool first = true;  // no slice merged yet
-  for (int t = 0;; ++t) {
-    const int stage = t % Config::kStages;
-    if (copy.slice < end_slice) {
-      copy_batch(copy, (t + 1) % Config::kStages);
-      copy = next_batch(copy);
-      copy_async_wait<1>();
+  copy_batch(0);
+  for (int b = 0; b < batches; ++b) {
+    if constexpr (Config::kStages > 1) {
+      if (b + 1 < batches) {
+        copy_batch(b + 1);
+        copy_async_wait<1>();
+      } else {
+        copy_async_wait<0>();
+      }
     } else {
       copy_async_wait<0>();
     }
+    const int stage = b % Config::kStages;
     // Scores first (their batch maximum rescales the running sums), values read back per row.
     float scores[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int j = fold.j + u;
-      const bool valid = j < fold.end;
-      const Candidate c = window.candidate(rows, valid ? j : fold.j, lane);
-      float4 bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
-      if (c.is_new) bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
+      const int j = j_begin + b * kBatch + u;
+      const bool valid = j < j_end;
+      const Candidate c = window.candidate(rows, valid ? j : j_begin, lane);
+      float4 bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
+      if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
       to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
       if (!valid) {
 #pragma unroll
@@ -225,24 +150,10 @@ __device__ __forceinline__ void pool_slices(const RingRows& rows, const EventWin
         acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
       }
     }
-    const Batch after = next_batch(fold);
-    if (after.slice != fold.slice) {  // the slice is complete
-      if constexpr (Config::kSlices == 1) {
-        chain = acc;
-      } else {
-        // The chain waits in this thread's kept slots between slices (registers are at the limit).
-        SoftmaxPartial kept = empty_partial();
-        if (!first) load_partial(staging, kept);
-        merge_partial(kept, acc);
-        store_partial(staging, kept);
-        first = false;
-        acc = empty_partial();
-      }
+    if constexpr (Config::kStages == 1) {
+      if (b + 1 < batches) copy_batch(b + 1);  // the only stage is free again
     }
-    fold = after;
-    if (fold.slice >= end_slice) break;
   }
-  if constexpr (Config::kSlices > 1) load_partial(staging, chain);
 }
 
 // The window of event `event` of request `r`.
@@ -259,114 +170,59 @@ __device__ __forceinline__ EventWindow event_window(const KernelParams& p, const
   return w;
 }
 
-// The merged statistics → this lane's 4 channels of the compressed row.
-__device__ __forceinline__ void normalize(const SoftmaxPartial& total, float (&compressed)[4]) {
-#pragma unroll
-  for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(total.weighted[k], total.sum[k]);
-}
-
-// Group 0's `chain` ← the merge of every group's chain in group order (the unit's threads all call
-// it; the others' chains are left as they were). The scratch aliases the staging slots: every
-// thread has finished reading its own before the first barrier.
-template <class Config>
-__device__ __forceinline__ void merge_groups(int group, int lane, const Staging<Config>& staging, SoftmaxPartial& chain) {
-  if constexpr (Config::kGroups > 1) {
-    constexpr int c = Config::kWidth;
-    float* merge = reinterpret_cast<float*>(staging.column - threadIdx.x);  // [group][max | sum | weighted][c]
-    unit_sync<Config>();
-    float* mine = merge + group * 3 * c;
-    store4(mine + 4 * lane, make_float4(chain.max[0], chain.max[1], chain.max[2], chain.max[3]));
-    store4(mine + c + 4 * lane, make_float4(chain.sum[0], chain.sum[1], chain.sum[2], chain.sum[3]));
-    store4(mine + 2 * c + 4 * lane, make_float4(chain.weighted[0], chain.weighted[1], chain.weighted[2], chain.weighted[3]));
-    unit_sync<Config>();
-    if (group == 0) {
-      SoftmaxPartial total = empty_partial();
-      for (int g = 0; g < Config::kGroups; ++g) {
-        SoftmaxPartial theirs;
-        const float* stored = merge + g * 3 * c;
-        to_array(*reinterpret_cast<const float4*>(stored + 4 * lane), theirs.max);
-        to_array(*reinterpret_cast<const float4*>(stored + c + 4 * lane), theirs.sum);
-        to_array(*reinterpret_cast<const float4*>(stored + 2 * c + 4 * lane), theirs.weighted);
-        merge_partial(total, theirs);
-      }
-      chain = total;
-    }
-    unit_sync<Config>();  // the merge has been read: the staging slots may be refilled
-  }
-}
-
-// Computes and stores event `event` of request `r` in one unit (every thread takes part): group g
-// folds slices [g·kSlicesPerGroup, (g + 1)·kSlicesPerGroup), then group 0 merges the groups' chains
-// in group order (the shape split_event_unit reproduces).
+// Computes and stores event `event` of request `r` (every thread of the unit takes part).
 template <class Config>
 __device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                int event, int group, int lane, const float (&norm)[4],
                                                const Staging<Config>& staging, double* s_sum) {
   const EventWindow window = event_window<Config>(p, rows, r, event);
   const EntryTarget target = entry_target(p, r, event);
-  SoftmaxPartial chain;
-  pool_slices<Config>(rows, window, group * Config::kSlicesPerGroup, (group + 1) * Config::kSlicesPerGroup, lane,
-                      staging, chain);
+  SoftmaxPartial acc;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    acc.max[k] = -INFINITY;
+    acc.sum[k] = 0.0f;
+    acc.weighted[k] = 0.0f;
+  }
+  const int j_begin = group * window.count / Config::kGroups, j_end = (group + 1) * window.count / Config::kGroups;
+  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc);
 
-  merge_groups<Config>(group, lane, staging, chain);
+  if constexpr (Config::kGroups > 1) {
+    // Merge the groups' statistics in group order (deterministic), into group 0. The scratch
+    // aliases the staging slots: every thread has finished reading its own before the first barrier.
+    constexpr int c = Config::kWidth;
+    float* merge = reinterpret_cast<float*>(staging.column - threadIdx.x);  // [group][max | sum | weighted][c]
+    unit_sync<Config>();
+    float* mine = merge + group * 3 * c;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      mine[4 * lane + k] = acc.max[k];
+      mine[c + 4 * lane + k] = acc.sum[k];
+      mine[2 * c + 4 * lane + k] = acc.weighted[k];
+    }
+    unit_sync<Config>();
+    if (group == 0) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float total_max = acc.max[k];
+        for (int g = 1; g < Config::kGroups; ++g) total_max = fmaxf(total_max, merge[g * 3 * c + 4 * lane + k]);
+        float sum = 0.0f, weighted = 0.0f;
+        for (int g = 0; g < Config::kGroups; ++g) {
+          const float* theirs = merge + g * 3 * c;
+          const float rescale = __expf(__fsub_rn(theirs[4 * lane + k], total_max));
+          sum = __fmaf_rn(theirs[c + 4 * lane + k], rescale, sum);
+          weighted = __fmaf_rn(theirs[2 * c + 4 * lane + k], rescale, weighted);
+        }
+        acc.sum[k] = sum;
+        acc.weighted[k] = weighted;
+      }
+    }
+    unit_sync<Config>();  // the merge has been read: the staging slots may be refilled
+  }
   float compressed[4];
-  normalize(chain, compressed);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(acc.weighted[k], acc.sum[k]);
   finish_event<Config>(p, compressed, lane, group == 0, target, norm, s_sum);
-}
-
-// Split unit `part` of split event `index` (a block; config.hpp): group g folds slice
-// part·kGroups + g into the step's partials scratch; the last unit of the event to finish merges
-// all kSlices partials in two_pass_event's shape (group g: left fold over slices
-// [g·kSlicesPerGroup, (g + 1)·kSlicesPerGroup); then left fold over the groups) and stores the entry.
-template <class Config>
-__device__ __forceinline__ void split_event_unit(const KernelParams& p, int index, int part, int group, int lane,
-                                                 const float (&norm)[4], const Staging<Config>& staging,
-                                                 double* s_sum, int* s_last) {
-  constexpr int c = Config::kWidth;
-  const SplitEvent split = step_split_event(p, index);
-  const StepRequest& r = split.request;
-  const RingRows rows(p, r);
-  const EventWindow window = event_window<Config>(p, rows, r, split.event);
-  const int slice = part * Config::kGroups + group;
-  SoftmaxPartial partial;
-  pool_slices<Config>(rows, window, slice, slice + 1, lane, staging, partial);
-  float* partials = p.split_partials + static_cast<std::int64_t>(index) * Config::kSlices * 3 * c;  // [kSlices][3][c]
-  float* mine = partials + slice * 3 * c;
-  store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
-  store4(mine + c + 4 * lane, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
-  store4(mine + 2 * c + 4 * lane,
-         make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
-  __threadfence();  // the partials are visible GPU-wide before the unit counts itself done
-  __syncthreads();
-  if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + index, 1) == Config::kSplitUnits - 1;
-  __syncthreads();
-  if (!*s_last) return;
-  __threadfence();  // every other unit's partials are seen after its count
-  if (threadIdx.x == 0) p.split_counters[index] = 0;  // ready for the next launch (graph replays)
-  // Each thread copies its 4 channels of its group's slices' partials into its own staging slots
-  // (one L2 round trip for all of them, instead of one per slice), folds them into its group's
-  // chain, and the groups merge as in two_pass_event.
-  static_assert(3 * Config::kSlicesPerGroup <= Config::kStages * Config::kBatch * Config::kVectors,
-                "a thread's staging slots hold its group's partials");
-  for (int i = 0; i < Config::kSlicesPerGroup; ++i) {
-    const float* stored = partials + (group * Config::kSlicesPerGroup + i) * 3 * c + 4 * lane;  // by other SMs: L2
-    for (int v = 0; v < 3; ++v) copy_async16(staging.linear(3 * i + v), stored + v * c);
-  }
-  copy_async_commit();
-  copy_async_wait<0>();
-  SoftmaxPartial chain = empty_partial();
-  for (int i = 0; i < Config::kSlicesPerGroup; ++i) {
-    SoftmaxPartial theirs;
-    to_array(*staging.linear(3 * i), theirs.max);
-    to_array(*staging.linear(3 * i + 1), theirs.sum);
-    to_array(*staging.linear(3 * i + 2), theirs.weighted);
-    merge_partial(chain, theirs);
-  }
-  merge_groups<Config>(group, lane, staging, chain);
-  float compressed[4];
-  normalize(chain, compressed);
-  finish_event<Config>(p, compressed, lane, group == 0, entry_target_in_page(p, r, split.event, split.page), norm,
-                       s_sum);
 }
 
 // Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
@@ -419,15 +275,16 @@ __device__ __forceinline__ int head_event_count(const KernelParams& p, const Ste
 }
 
 // Whether the request's ring item writes its ring: whenever no ring row written this step can be
-// one the head's events read (params.hpp: every decode step), so the writes run in parallel with
-// the head instead of in its critical path. Otherwise the head writes them after all of its reads.
+// one the head's events read (no event, or end − first read position ≤ R: every decode step), so
+// the writes run in parallel with the head instead of in its critical path. Otherwise the head
+// writes them after all of its reads.
+template <class Config>
 __device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                  int head_events) {
-  return ring_writes_in_parallel(r.prefix, r.new_tokens, head_events, p.ratio, p.overlap != 0, rows.ring_rows);
+  return head_events == 0 || r.prefix + r.new_tokens - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
 }
 
-// Grid blocks [0, split_events_count · kSplitUnits) are split units (long windows only); then
-// unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
+// Unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
 // [num_items, num_items + ring_items) the ring items of the requests in order.
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
@@ -438,25 +295,12 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int unit = static_cast<int>(threadIdx.x) / Config::kUnitThreads;
   const int thread = static_cast<int>(threadIdx.x) % Config::kUnitThreads;
   const int group = thread / Config::kLanes, lane = thread % Config::kLanes;
-  const std::int64_t split_blocks = static_cast<std::int64_t>(p.split_events_count) * Config::kSplitUnits;
-  if constexpr (Config::kSlices > 1) {
-    if (blockIdx.x < split_blocks) {
-      __shared__ int s_last;
-      float norm[4];
-      load_norm<Config>(p, lane, norm);
-      const Staging<Config> staging(dynamic_shared);
-      split_event_unit<Config>(p, static_cast<int>(blockIdx.x / Config::kSplitUnits),
-                               static_cast<int>(blockIdx.x % Config::kSplitUnits), group, lane, norm, staging, s_sum,
-                               &s_last);
-      return;
-    }
-  }
-  const std::int64_t item = (static_cast<std::int64_t>(blockIdx.x) - split_blocks) * Config::kUnitsPerBlock + unit;
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
   if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
   if (item >= p.num_items) {  // a ring item
     const StepRequest r = step_request(p, item - p.num_items);
     const RingRows rows(p, r);
-    if (ring_item_writes(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
+    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
     return;
   }
   float norm[4];
@@ -471,12 +315,10 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
                            s_sum);
     return;
   }
-  // The head: the events whose windows may reach into the ring (unless split units compute them),
-  // then the ring writes unless the ring item runs them.
-  const bool parallel_ring = ring_item_writes(p, rows, r, head_events);
-  if (p.split_events_count > 0 && parallel_ring) return;  // every such head's events are split (launch.cu)
+  // The head: the events whose windows may reach into the ring, then the ring writes unless the
+  // ring item runs them.
   for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
-  if (!parallel_ring) {
+  if (!ring_item_writes<Config>(p, rows, r, head_events)) {
     unit_sync<Config>();  // every read of the unit precedes the writes
     write_ring<Config>(p, rows, r, thread);
   }
