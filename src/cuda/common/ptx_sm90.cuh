@@ -44,6 +44,20 @@ __device__ __forceinline__ void fence_operand(std::uint32_t& r) { asm volatile("
 
 // ---- bf16 warpgroup MMA ------------------------------------------------------------------------------
 
+// D[64×32] (+)= A[64×16] · B[16×32], bf16 → f32, both operands K-major in shared memory (descriptors).
+// d[4j+i]: row 16w + g + 8·(i/2), column 8j + 2q + i%2 (warp w of the warpgroup, lane = 4g + q).
+__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], std::uint64_t descriptor_a,
+                                                       std::uint64_t descriptor_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(descriptor_a), "l"(descriptor_b), "r"(static_cast<int>(accumulate)));
+}
+
 // D[64×64] (+)= A[64×16] · B[16×64], bf16 → f32, both operands K-major in shared memory (descriptors).
 // d[4j+i]: row 16w + g + 8·(i/2), column 8j + 2q + i%2 (warp w of the warpgroup, lane = 4g + q).
 __device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], std::uint64_t descriptor_a,
@@ -89,6 +103,28 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16_rs_bt(float (&d)[128], std
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(descriptor_b), "r"(static_cast<int>(accumulate)));
+}
+
+// ---- named barriers and register reallocation (warp-specialized kernels) ------------------------------
+
+// Waits until `threads` threads (a multiple of 32) have arrived at barrier `id` (1..15; 0 is
+// __syncthreads); orders the shared-memory accesses of the participants.
+__device__ __forceinline__ void barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrives at barrier `id` without waiting (the producer side of a hand-over).
+__device__ __forceinline__ void barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Per-thread register budget of this warpgroup from here on (multiples of 8, 24..256).
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
 // ---- streaming global loads ----------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/sparse_attention/config.cuh"
 #include "cuda/sparse_attention/dequant.cuh"
 #include "cuda/sparse_attention/ptx.cuh"
@@ -200,10 +201,10 @@ __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std:
 // row's output and lse. Kept out of line: it runs once per row and tile, after the O fragments are
 // dead, and its registers should not weigh on the main loop's allocation.
 // `s_weights` has room for [kHeadTile][num_splits] floats, `s_inv` for [kHeadTile] (shared memory no
-// longer in use); kThreads threads take part.
-template <int kHeadTile, int kThreads>
+// longer in use); threads 0 .. kThreads−1 take part and `sync` is their barrier.
+template <int kHeadTile, int kThreads, class Sync>
 __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::int64_t row, int head0,
-                                          float* s_weights, float* s_inv) {
+                                          float* s_weights, float* s_inv, Sync sync) {
   const int tid = threadIdx.x;
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
   const std::int64_t out_row = row * p.num_heads;
@@ -223,7 +224,7 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
     s_inv[tid] = n.inv_denom;
     p.lse[out_row + h] = n.lse;
   }
-  __syncthreads();
+  sync();
 
   // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
   // loads issued together.
@@ -330,18 +331,30 @@ __device__ __forceinline__ int plan_chunk(const SparseAttentionParams& p, const 
   return s_live[kMaxBlocksPerSplit];
 }
 
-// Called by every thread after the block wrote its chunk's partials: true (in every thread) for the
-// block that arrives last for its (row, head tile), which then merges. `s_flag` is shared scratch.
+// Barriers of the threads that finish a chunk: the whole block, or (warp-specialized kernel) the
+// kThreads threads 0 .. kThreads−1 through named barrier kId.
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <int kThreads, int kId>
+struct GroupSync {
+  __device__ void operator()() const { ptx::barrier_sync(kId, kThreads); }
+};
+
+// Called by every finishing thread (thread 0 among them) after they wrote the chunk's partials: true
+// (in each of them) for the block that arrives last for its (row, head tile), which then merges.
+// `s_flag` is shared scratch.
+template <class Sync>
 __device__ __forceinline__ bool last_to_arrive(const SparseAttentionParams& p, std::int64_t row, int head0,
-                                               int& s_flag) {
+                                               int& s_flag, Sync sync) {
   __threadfence();
-  __syncthreads();
+  sync();
   int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16;
   if (threadIdx.x == 0) {
     __threadfence();
     s_flag = atomicAdd(arrivals, 1) == p.num_splits - 1;
   }
-  __syncthreads();
+  sync();
   const bool last = s_flag != 0;
   if (last) __threadfence();
   return last;
@@ -638,9 +651,9 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
         *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[mt][half], run_sum[mt][half]);
     }
   }
-  if (!last_to_arrive(p, row, head0, s_is_last)) return;
+  if (!last_to_arrive(p, row, head0, s_is_last, BlockSync{})) return;
   merge_chunks<kHeadTile, kThreads>(p, row, head0, reinterpret_cast<float*>(smem + T::kK),
-                                    reinterpret_cast<float*>(smem + T::kRowMax));
+                                    reinterpret_cast<float*>(smem + T::kRowMax), BlockSync{});
   reset_arrivals(p, row, head0);
 }
 
