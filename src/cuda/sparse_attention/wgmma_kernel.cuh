@@ -37,10 +37,14 @@ struct WgmmaPlan {
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kDimsPerConsumer = kDim / kConsumers;         // 256 output dims (wgmma N)
   static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
-  // Registers per thread after the split (setmaxnreg; 2 · consumer + producer ≤ 512).
+  // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
+  // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
+  // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kConsumerRegisters = 192;
-  static constexpr int kProducerRegisters = 128;
-  static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= 65536 / 128, "register file");
+  static constexpr int kProducerRegisters = 120;
+  static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
+                "the registers the producer releases cover what the consumers ask for");
   // Named barriers (0 is __syncthreads).
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
   static constexpr int kFullBarrier = 2;      // + stage: tile written (producer arrives, consumers wait)
