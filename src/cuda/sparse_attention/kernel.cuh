@@ -1,9 +1,11 @@
-// src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel (sm_90a, mma.sync bf16).
+// src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel for head tiles of 16 and 32
+// (sm_90a, mma.sync bf16), and the pieces it shares with the 64-head wgmma kernel (wgmma_kernel.cuh):
+// merge arithmetic, slot resolution, chunk planning, arrival counting and the chunk merge.
 //
 // Grid: one thread block per (query row, head tile, chunk of split_candidates candidates), in
 // groups of p.order_group (row, head tile) pairs, chunk-major inside a group (launch.cu picks the
 // group; 1 = a row's chunks adjacent). The order changes no bit.
-// Small head tiles add load warps that only gather and dequantize (config.cuh: Traits::kWarps).
+// Load warps only gather and dequantize (config.cuh: Traits::kWarps).
 // Per 64-candidate block of the chunk:
 //   gather   16-byte cp.async of the 64 entries' 576 data bytes + 8 scale bytes (double-buffered,
 //            one block ahead; −1 / out-of-pool slots zero-fill and are masked)
@@ -387,9 +389,8 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int row_warp = warp / kColumnWarps, col_warp = warp % kColumnWarps;
-  // Warp-uniform: load warps (small tiles) join the gather, the dequantization and the barriers only.
-  // A constant true without load warps, so the 64-head kernel compiles as if there were no branch.
-  const bool math_warp = T::kWarps == T::kMathWarps || warp < T::kMathWarps;
+  // Warp-uniform: load warps join the gather, the dequantization and the barriers only.
+  const bool math_warp = warp < T::kMathWarps;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
   const ChunkWork work = chunk_of_block(p, kHeadTile);

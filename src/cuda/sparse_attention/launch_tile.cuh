@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cuda/sparse_attention/kernel.cuh"
 #include "cuda/sparse_attention/wgmma_kernel.cuh"
@@ -18,13 +19,12 @@ namespace dsv4::cuda::sparse_attention {
 template <int kHeadTile>
 void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
   // The 64-head tile runs on warpgroup MMA (wgmma_kernel.cuh), 16 and 32 on mma.sync (kernel.cuh).
-  constexpr bool kWgmma = kHeadTile == WgmmaPlan::kHeads;
-  constexpr int kThreads = kWgmma ? WgmmaPlan::kThreads : Traits<kHeadTile>::kThreads;
-  constexpr int kSmemBytes = kWgmma ? WgmmaPlan::kSmemBytes : Traits<kHeadTile>::kSmemBytes;
+  using Plan = std::conditional_t<kHeadTile == WgmmaPlan::kHeads, WgmmaPlan, Traits<kHeadTile>>;
   const auto kernel = [] {
-    if constexpr (kWgmma) return sparse_attention_wgmma_kernel<kHeadTile>;
+    if constexpr (kHeadTile == WgmmaPlan::kHeads) return sparse_attention_wgmma_kernel<kHeadTile>;
     else return sparse_attention_kernel<kHeadTile>;
   }();
+  constexpr int kThreads = Plan::kThreads, kSmemBytes = Plan::kSmemBytes;
   // The opt-in shared memory size is a per-function attribute: set once per process.
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
