@@ -238,14 +238,17 @@ TEST_F(SparseAttentionGpu, HeadCountsThatNeedPadding) {
   }
 }
 
+// H = 32 runs the mma.sync tiles, H = 64 the wgmma tile (launch.cu).
 TEST_F(SparseAttentionGpu, SplitSizesMatchReference) {
   const Pool window(rng, 64, 8), compressed(rng, 64, 24);
-  Problem p(rng, window, compressed, 6, 32, 128, 1024);
-  p.random_slots(rng, 0.1);
-  for (int split : {64, 192, 512}) {
-    SparseAttentionOptions options;
-    options.split_candidates = split;
-    expect_matches_reference(p, options, "split " + std::to_string(split));
+  for (int heads : {32, 64}) {
+    Problem p(rng, window, compressed, 6, heads, 128, 1024);
+    p.random_slots(rng, 0.1);
+    for (int split : {64, 192, 512}) {
+      SparseAttentionOptions options;
+      options.split_candidates = split;
+      expect_matches_reference(p, options, "H=" + std::to_string(heads) + " split " + std::to_string(split));
+    }
   }
 }
 
@@ -262,31 +265,34 @@ TEST_F(SparseAttentionGpu, FusedInverseRope) {
 }
 
 // Prefill: three requests of ragged lengths, every token with its causal window and all the
-// compressed (ratio 4) entries visible to it, through per-request page tables; −1 padded.
+// compressed (ratio 4) entries visible to it, through per-request page tables; −1 padded. H = 64 and
+// 128 (two wgmma head tiles per row).
 TEST_F(SparseAttentionGpu, PrefillRaggedBatch) {
-  constexpr int kPage = 64, kRatio = 4, kWindow = 128;
-  const Pool window(rng, kPage, 24), compressed(rng, kPage / kRatio, 40);
-  const std::vector<int> lengths = {37, 130, 201};
-  int rows = 0, max_visible = 0;
-  for (int n : lengths) rows += n, max_visible = std::max(max_visible, n / kRatio);
-  Problem p(rng, window, compressed, rows, 64, kWindow, max_visible);
-  std::uniform_int_distribution<int> window_page(0, window.num_pages - 1), compressed_page(0, compressed.num_pages - 1);
-  int row = 0;
-  for (int n : lengths) {
-    std::vector<int> raw_pages(8), entry_pages(8);
-    for (int& pg : raw_pages) pg = window_page(rng);
-    for (int& pg : entry_pages) pg = compressed_page(rng);
-    for (int t = 0; t < n; ++t, ++row) {
-      for (int w = 0; w < kWindow; ++w) {
-        const int pos = t - kWindow + 1 + w;
-        p.window_slots[row * kWindow + w] = pos < 0 ? -1 : raw_pages[pos / kPage] * kPage + pos % kPage;
+  for (int heads : {64, 128}) {
+    constexpr int kPage = 64, kRatio = 4, kWindow = 128;
+    const Pool window(rng, kPage, 24), compressed(rng, kPage / kRatio, 40);
+    const std::vector<int> lengths = {37, 130, 201};
+    int rows = 0, max_visible = 0;
+    for (int n : lengths) rows += n, max_visible = std::max(max_visible, n / kRatio);
+    Problem p(rng, window, compressed, rows, heads, kWindow, max_visible);
+    std::uniform_int_distribution<int> window_page(0, window.num_pages - 1), compressed_page(0, compressed.num_pages - 1);
+    int row = 0;
+    for (int n : lengths) {
+      std::vector<int> raw_pages(8), entry_pages(8);
+      for (int& pg : raw_pages) pg = window_page(rng);
+      for (int& pg : entry_pages) pg = compressed_page(rng);
+      for (int t = 0; t < n; ++t, ++row) {
+        for (int w = 0; w < kWindow; ++w) {
+          const int pos = t - kWindow + 1 + w;
+          p.window_slots[row * kWindow + w] = pos < 0 ? -1 : raw_pages[pos / kPage] * kPage + pos % kPage;
+        }
+        const int visible = (t + 1) / kRatio;
+        for (int s = 0; s < visible; ++s)
+          p.compressed_slots[row * max_visible + s] = static_cast<std::int32_t>(physical_slot(entry_pages.data(), s, kPage / kRatio));
       }
-      const int visible = (t + 1) / kRatio;
-      for (int s = 0; s < visible; ++s)
-        p.compressed_slots[row * max_visible + s] = static_cast<std::int32_t>(physical_slot(entry_pages.data(), s, kPage / kRatio));
     }
+    expect_matches_reference(p, {}, "prefill H=" + std::to_string(heads));
   }
-  expect_matches_reference(p, {}, "prefill");
 }
 
 // Grids of 1.5 to 4 waves run chunk-major inside groups of 64 (row, head tile) pairs (launch.cu):
@@ -298,9 +304,9 @@ TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
   struct Shape {
     int rows, heads, compressed_width;
   };
-  // 70 × 16 heads: tile 16, 70 pairs; 35 × 64 heads: tile 32, 70 pairs; 70 × 64 heads: tile 64,
-  // 70 pairs (828 candidates: chunks of 384, 384, 60); 300 × 16 heads: 300 pairs × 2 chunks.
-  for (const Shape s : {Shape{70, 16, 700}, Shape{35, 64, 700}, Shape{70, 64, 700}, Shape{300, 16, 512}}) {
+  // 70 × 16 heads: tile 16, 70 pairs; 70 × 32 heads: tile 32, 70 pairs; 70 × 64 heads: tile 64
+  // (wgmma), 70 pairs (828 candidates: chunks of 384, 384, 60); 300 × 16 heads: 300 pairs × 2 chunks.
+  for (const Shape s : {Shape{70, 16, 700}, Shape{70, 32, 700}, Shape{70, 64, 700}, Shape{300, 16, 512}}) {
     Problem p(rng, window, compressed, s.rows, s.heads, 128, s.compressed_width);
     p.random_slots(rng, 0.05);
     expect_matches_reference(p, {}, "rows " + std::to_string(s.rows) + " H=" + std::to_string(s.heads) + " K=" +
@@ -310,9 +316,11 @@ TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
 
 // ---- batch invariance and determinism ------------------------------------------------------------
 
+// H = 32: tile 16 alone, 32 in the batch (mma.sync); H = 64, 80 (padded) and 128: the wgmma tile
+// at every batch size.
 TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
   const Pool window(rng, 64, 48), compressed(rng, 64, 48);
-  for (int heads : {64, 128}) {
+  for (int heads : {32, 64, 80, 128}) {
     Problem batch(rng, window, compressed, 128, heads, 128, 512);
     batch.random_slots(rng, 0.02);
     const Outputs all = batch.run(Device::CUDA);

@@ -251,7 +251,7 @@ __device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::
     s_w[rh] = p.weights[head] * scale;
   }
   // The tensor cores read these bytes through the async proxy.
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  ptx::fence_proxy_async_shared();
 }
 
 __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {

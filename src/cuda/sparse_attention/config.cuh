@@ -1,10 +1,11 @@
-// src/cuda/sparse_attention/config.cuh — tile shapes and the shared-memory plan of the kernels.
+// src/cuda/sparse_attention/config.cuh — tile shapes and the shared-memory plan of the mma.sync kernel.
 //
-// One thread block = one query row × a tile of 16, 32 or 64 heads × one chunk of ≤ 512 candidates,
-// walked in blocks of 64 candidates. Warps form a grid: kRowWarps along heads × 4 along the
-// candidates (for Q·Kᵀ: 16 candidates each) and, reusing the same warps, along the 512 output dims
-// (for P·V: 128 dims each). The 4-wide column split is the same for every head tile, which is what
-// makes a row's bytes independent of the tile the dispatcher picks.
+// One thread block = one query row × a tile of 16 or 32 heads × one chunk of ≤ 512 candidates,
+// walked in blocks of 64 candidates (the 64-head tile is the wgmma kernel, wgmma_kernel.cuh, with
+// its own plan). Warps form a grid: kRowWarps along heads × 4 along the candidates (for Q·Kᵀ: 16
+// candidates each) and, reusing the same warps, along the 512 output dims (for P·V: 128 dims each).
+// The 4-wide column split is the same for both head tiles, which is what makes a row's bytes
+// independent of which of the two the dispatcher picks.
 #pragma once
 
 #include <cstdint>
@@ -37,15 +38,15 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 template <int kHeadTile_>
 struct Traits {
   static constexpr int kHeadTile = kHeadTile_;
-  static_assert(kHeadTile == 16 || kHeadTile == 32 || kHeadTile == 64, "head tiles of 16, 32 or 64");
+  static_assert(kHeadTile == 16 || kHeadTile == 32, "mma.sync head tiles of 16 or 32");
   static constexpr int kMTiles = kHeadTile >= 32 ? 2 : 1;  // 16-head MMA row tiles per warp
   static constexpr int kRowWarps = kHeadTile / (16 * kMTiles);
   // Warps that run the MMAs and the softmax: kRowWarps × 4 column warps (warps 0 .. kMathWarps−1).
   static constexpr int kMathWarps = kRowWarps * kColumnWarps;
-  // Small tiles add load warps that only gather and dequantize (exact work whose split over threads
-  // changes no bit). A small batch is bound by one block's serial chain per 64 candidates, most of
-  // it the dequantization, which these warps shorten. The 64-head tile has no registers to spare.
-  static constexpr int kWarps = kHeadTile == 64 ? kMathWarps : kLoadingWarps;
+  // Load warps that only gather and dequantize join them (exact work whose split over threads
+  // changes no bit): a small batch is bound by one block's serial chain per 64 candidates, most of
+  // it the dequantization, which these warps shorten.
+  static constexpr int kWarps = kLoadingWarps;
   static constexpr int kThreads = 32 * kWarps;
 
   // Shared memory plan, bytes:

@@ -1,9 +1,11 @@
-// src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel (sm_90a, mma.sync bf16).
+// src/cuda/sparse_attention/kernel.cuh — the sparse attention kernel for head tiles of 16 and 32
+// (sm_90a, mma.sync bf16), and the pieces it shares with the 64-head wgmma kernel (wgmma_kernel.cuh):
+// merge arithmetic, slot resolution, chunk planning, arrival counting and the chunk merge.
 //
 // Grid: one thread block per (query row, head tile, chunk of split_candidates candidates), in
 // groups of p.order_group (row, head tile) pairs, chunk-major inside a group (launch.cu picks the
 // group; 1 = a row's chunks adjacent). The order changes no bit.
-// Small head tiles add load warps that only gather and dequantize (config.cuh: Traits::kWarps).
+// Load warps only gather and dequantize (config.cuh: Traits::kWarps).
 // Per 64-candidate block of the chunk:
 //   gather   16-byte cp.async of the 64 entries' 576 data bytes + 8 scale bytes (double-buffered,
 //            one block ahead; −1 / out-of-pool slots zero-fill and are masked)
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/sparse_attention/config.cuh"
 #include "cuda/sparse_attention/dequant.cuh"
 #include "cuda/sparse_attention/ptx.cuh"
@@ -199,22 +202,19 @@ __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std:
 // The last chunk of a row to arrive merges every chunk's (O, max, sum) in chunk order and writes the
 // row's output and lse. Kept out of line: it runs once per row and tile, after the O fragments are
 // dead, and its registers should not weigh on the main loop's allocation.
-template <int kHeadTile>
+// `s_weights` has room for [kHeadTile][num_splits] floats, `s_inv` for [kHeadTile] (shared memory no
+// longer in use); threads 0 .. kThreads−1 take part and `sync` is their barrier.
+template <int kHeadTile, int kThreads, class Sync>
 __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::int64_t row, int head0,
-                                          std::uint8_t* smem) {
-  using T = Traits<kHeadTile>;
-  constexpr int kThreads = T::kThreads;
+                                          float* s_weights, float* s_inv, Sync sync) {
   const int tid = threadIdx.x;
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
   const std::int64_t out_row = row * p.num_heads;
   const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
   const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
-  // Per head: the merge weights of every chunk (one thread per head) into shared memory, reusing the
-  // K tile and raw stages, which no longer hold anything.
+  // Per head: the merge weights of every chunk (one thread per head) into shared memory.
   const int tile_heads = min(kHeadTile, p.num_heads - head0);
   const int num_chunks = p.num_splits;
-  float* s_weights = reinterpret_cast<float*>(smem + T::kK);  // [tile_heads][num_chunks]
-  float* s_inv = reinterpret_cast<float*>(smem + T::kRowMax);  // [tile_heads]
   if (tid < tile_heads) {
     const int h = head0 + tid;
     const float* stats = p.partial_stats + (chunk_base * p.num_heads + h) * 2;  // chunk c at + c·num_heads·2
@@ -226,7 +226,7 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
     s_inv[tid] = n.inv_denom;
     p.lse[out_row + h] = n.lse;
   }
-  __syncthreads();
+  sync();
 
   // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
   // loads issued together.
@@ -276,6 +276,97 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
   }
 }
 
+// ---- the work of one thread block, shared by the mma.sync and the wgmma kernels ---------------------
+
+struct ChunkWork {
+  std::int64_t row;  // query row
+  int head0;         // first head of the tile
+  int chunk;         // chunk of split_candidates candidates
+  int chunk_begin;   // its first candidate (0 ≤ c < W + K)
+  int chunk_count;   // its candidates (≤ split_candidates; 0 for a chunk past the row's end)
+  int num_blocks;    // its 64-candidate blocks
+};
+
+// Block → (chunk, row · head_tiles + head tile): chunk-major inside groups of order_group pairs.
+__device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams& p, int head_tile) {
+  const int head_tiles = (p.num_heads + head_tile - 1) / head_tile;
+  const unsigned tile_rows = static_cast<unsigned>(p.num_rows) * static_cast<unsigned>(head_tiles);
+  const unsigned splits = static_cast<unsigned>(p.num_splits), order_group = static_cast<unsigned>(p.order_group);
+  const unsigned group_first = blockIdx.x / (order_group * splits) * order_group;
+  const unsigned group_size = min(order_group, tile_rows - group_first);
+  const unsigned in_group = blockIdx.x - group_first * splits;
+  const int tile_row = static_cast<int>(group_first + in_group % group_size);
+  ChunkWork w;
+  w.chunk = static_cast<int>(in_group / group_size);
+  w.head0 = (tile_row % head_tiles) * head_tile;
+  w.row = tile_row / head_tiles;
+  const int total = p.window_width + p.compressed_width;
+  w.chunk_begin = w.chunk * p.split_candidates;
+  w.chunk_count = max(0, min(p.split_candidates, total - w.chunk_begin));
+  w.num_blocks = (w.chunk_count + kBlock - 1) / kBlock;
+  return w;
+}
+
+// The chunk's slot table (s_slots [512]: slot or −1), the valid-candidate bits of each block
+// (s_valid [8][2]) and the blocks with any valid candidate (s_live [8], their count in s_live[8]).
+// Blocks without a valid candidate are skipped: they would change nothing. Returns the live count.
+template <int kThreads>
+__device__ __forceinline__ int plan_chunk(const SparseAttentionParams& p, const ChunkWork& w, int* s_slots,
+                                          std::uint32_t* s_valid, int* s_live) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  for (int i = tid; i < w.num_blocks * kBlock; i += kThreads)
+    s_slots[i] = i < w.chunk_count ? resolve_slot(p, w.row, w.chunk_begin + i) : -1;
+  __syncthreads();
+  for (int b = warp; b < w.num_blocks; b += kThreads / 32) {  // one warp per block: its valid-candidate bits
+    const std::uint32_t lo = __ballot_sync(0xffffffffu, s_slots[b * kBlock + lane] >= 0);
+    const std::uint32_t hi = __ballot_sync(0xffffffffu, s_slots[b * kBlock + 32 + lane] >= 0);
+    if (lane == 0) s_valid[2 * b] = lo, s_valid[2 * b + 1] = hi;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int live = 0;
+    for (int b = 0; b < w.num_blocks; ++b)
+      if ((s_valid[2 * b] | s_valid[2 * b + 1]) != 0) s_live[live++] = b;
+    s_live[kMaxBlocksPerSplit] = live;
+  }
+  __syncthreads();
+  return s_live[kMaxBlocksPerSplit];
+}
+
+// Barriers of the threads that finish a chunk: the whole block, or (warp-specialized kernel) the
+// kThreads threads 0 .. kThreads−1 through named barrier kId.
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <int kThreads, int kId>
+struct GroupSync {
+  __device__ void operator()() const { ptx::barrier_sync(kId, kThreads); }
+};
+
+// Called by every finishing thread (thread 0 among them) after they wrote the chunk's partials: true
+// (in each of them) for the block that arrives last for its (row, head tile), which then merges.
+// `s_flag` is shared scratch.
+template <class Sync>
+__device__ __forceinline__ bool last_to_arrive(const SparseAttentionParams& p, std::int64_t row, int head0,
+                                               int& s_flag, Sync sync) {
+  __threadfence();
+  sync();
+  int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    s_flag = atomicAdd(arrivals, 1) == p.num_splits - 1;
+  }
+  sync();
+  const bool last = s_flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// The merging block leaves the counter clean for the next call (every chunk has arrived).
+__device__ __forceinline__ void reset_arrivals(const SparseAttentionParams& p, std::int64_t row, int head0) {
+  if (threadIdx.x == 0) p.arrivals[row * ((p.num_heads + 15) / 16) + head0 / 16] = 0;
+}
+
 // ---- the kernel -------------------------------------------------------------------------------
 
 template <int kHeadTile>
@@ -294,56 +385,26 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [512]
   auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + T::kValid); // [8][2] valid bits of each block
   auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [8] live block numbers
-  int& s_num_live = s_live[kMaxBlocksPerSplit];
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int row_warp = warp / kColumnWarps, col_warp = warp % kColumnWarps;
-  // Warp-uniform: load warps (small tiles) join the gather, the dequantization and the barriers only.
-  // A constant true without load warps, so the 64-head kernel compiles as if there were no branch.
-  const bool math_warp = T::kWarps == T::kMathWarps || warp < T::kMathWarps;
+  // Warp-uniform: load warps join the gather, the dequantization and the barriers only.
+  const bool math_warp = warp < T::kMathWarps;
   const int group = lane / 4, quad = lane % 4;  // mma fragment coordinates
 
-  const int head_tiles = (p.num_heads + kHeadTile - 1) / kHeadTile;
-  // Block → (chunk, row · head_tiles + head tile): chunk-major inside groups of order_group pairs.
-  const unsigned tile_rows = static_cast<unsigned>(p.num_rows) * static_cast<unsigned>(head_tiles);
-  const unsigned splits = static_cast<unsigned>(p.num_splits), order_group = static_cast<unsigned>(p.order_group);
-  const unsigned group_first = blockIdx.x / (order_group * splits) * order_group;
-  const unsigned group_size = min(order_group, tile_rows - group_first);
-  const unsigned in_group = blockIdx.x - group_first * splits;
-  const int chunk = static_cast<int>(in_group / group_size);
-  const int tile_row = static_cast<int>(group_first + in_group % group_size);
-  const int head0 = (tile_row % head_tiles) * kHeadTile;
-  const std::int64_t row = tile_row / head_tiles;
-  const int total = p.window_width + p.compressed_width;
-  const int chunk_begin = chunk * p.split_candidates;
-  const int chunk_count = max(0, min(p.split_candidates, total - chunk_begin));
-  const int num_blocks = (chunk_count + kBlock - 1) / kBlock;
+  const ChunkWork work = chunk_of_block(p, kHeadTile);
+  const int head0 = work.head0, chunk = work.chunk, chunk_begin = work.chunk_begin;
+  const std::int64_t row = work.row;
 
-  // Q tile (heads past num_heads zero-filled) and the chunk's slot table.
+  // Q tile (heads past num_heads zero-filled) and the chunk's plan.
   for (int i = tid; i < kHeadTile * (kDim / 8); i += kThreads) {
     const int h = i / (kDim / 8), k = i % (kDim / 8);
     const bool valid = head0 + h < p.num_heads;
     const std::uint16_t* src = valid ? p.q + ((row * p.num_heads + head0 + h) * kDim + k * 8) : p.q;
     ptx::cp_async_16(s_q + h * kRowPitch + k * 8, src, valid);
   }
-  for (int i = tid; i < num_blocks * kBlock; i += kThreads)
-    s_slots[i] = i < chunk_count ? resolve_slot(p, row, chunk_begin + i) : -1;
-  __syncthreads();
-  for (int b = warp; b < num_blocks; b += T::kWarps) {  // one warp per block: its valid-candidate bits
-    const std::uint32_t lo = __ballot_sync(0xffffffffu, s_slots[b * kBlock + lane] >= 0);
-    const std::uint32_t hi = __ballot_sync(0xffffffffu, s_slots[b * kBlock + 32 + lane] >= 0);
-    if (lane == 0) s_valid[2 * b] = lo, s_valid[2 * b + 1] = hi;
-  }
-  __syncthreads();
-  if (tid == 0) {  // blocks without any valid candidate are skipped (they would change nothing)
-    int live = 0;
-    for (int b = 0; b < num_blocks; ++b)
-      if ((s_valid[2 * b] | s_valid[2 * b + 1]) != 0) s_live[live++] = b;
-    s_num_live = live;
-  }
-  __syncthreads();
-  const int num_live = s_num_live;
+  const int num_live = plan_chunk<kThreads>(p, work, s_slots, s_valid, s_live);
   if (num_live > 0) gather_block<kThreads>(p, s_slots, chunk_begin, s_live[0], s_raw, tid);
   ptx::cp_async_commit();
   if (num_live > 1) prefetch_block(p, s_slots, chunk_begin, s_live[1], tid);
@@ -591,19 +652,10 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
         *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[mt][half], run_sum[mt][half]);
     }
   }
-  __threadfence();
-  __syncthreads();
-  int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16;
-  if (tid == 0) {
-    __threadfence();
-    s_is_last = atomicAdd(arrivals, 1) == p.num_splits - 1;
-  }
-  __syncthreads();
-  if (!s_is_last) return;
-  __threadfence();
-
-  merge_chunks<kHeadTile>(p, row, head0, smem);
-  if (tid == 0) *arrivals = 0;  // every chunk has arrived: leave the counter clean for the next call
+  if (!last_to_arrive(p, row, head0, s_is_last, BlockSync{})) return;
+  merge_chunks<kHeadTile, kThreads>(p, row, head0, reinterpret_cast<float*>(smem + T::kK),
+                                    reinterpret_cast<float*>(smem + T::kRowMax), BlockSync{});
+  reset_arrivals(p, row, head0);
 }
 
 }  // namespace dsv4::cuda::sparse_attention

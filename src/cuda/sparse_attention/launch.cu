@@ -1,9 +1,10 @@
 // src/cuda/sparse_attention/launch.cu — picks the head tile and launches (params.hpp).
 //
-// The tile only changes how many heads share one gathered/dequantized block, never the arithmetic
-// of a head (the column split of the warps is the same for every tile), so choosing it from the
-// batch size keeps batch invariance: large batches take 64-head tiles (one dequantization serves
-// 64 heads), small ones smaller tiles to put more thread blocks on the 132 SMs.
+// Batch invariance: a row's bytes must not depend on the batch. The 16- and 32-head tiles (mma.sync)
+// share one arithmetic (the 4-wide column split of their warps is the same), so between them the
+// tile may follow the batch size; the 64-head tile (wgmma) accumulates in another order, so it is
+// chosen from H alone: every H ≥ 64 (padded where H is not a multiple of 64) takes it at every
+// batch size, every H < 64 never does.
 #include <cuda_runtime.h>
 
 #include "cuda/common/runtime.hpp"
@@ -19,13 +20,12 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   const auto blocks_with = [&](int tile) {
     return static_cast<long long>(params.num_rows) * ((params.num_heads + tile - 1) / tile) * params.num_splits;
   };
-  // Largest tile that divides the heads (no padded heads) and still fills the SMs; else 16.
+  // H < 64: the largest small tile that divides the heads (no padded heads) and still fills the SMs.
   int tile = 16;
-  for (int candidate : {64, 32}) {
-    if (params.num_heads % candidate == 0 && blocks_with(candidate) >= sms) {
-      tile = candidate;
-      break;
-    }
+  if (params.num_heads >= 64) {
+    tile = 64;
+  } else if (params.num_heads % 32 == 0 && blocks_with(32) >= sms) {
+    tile = 32;
   }
   // Grid order. A row's last chunk is usually the shortest (W + K is rarely a multiple of the
   // split). In a grid of a few waves, row-major order puts long chunks into the last wave, where

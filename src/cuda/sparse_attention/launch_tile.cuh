@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cuda/sparse_attention/kernel.cuh"
+#include "cuda/sparse_attention/wgmma_kernel.cuh"
 #include "cuda/common/runtime.hpp"
 #include "dsv4/error.hpp"
 
@@ -16,16 +18,21 @@ namespace dsv4::cuda::sparse_attention {
 
 template <int kHeadTile>
 void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
-  using T = Traits<kHeadTile>;
+  // The 64-head tile runs on warpgroup MMA (wgmma_kernel.cuh), 16 and 32 on mma.sync (kernel.cuh).
+  using Plan = std::conditional_t<kHeadTile == WgmmaPlan::kHeads, WgmmaPlan, Traits<kHeadTile>>;
+  const auto kernel = [] {
+    if constexpr (kHeadTile == WgmmaPlan::kHeads) return sparse_attention_wgmma_kernel<kHeadTile>;
+    else return sparse_attention_kernel<kHeadTile>;
+  }();
+  constexpr int kThreads = Plan::kThreads, kSmemBytes = Plan::kSmemBytes;
   // The opt-in shared memory size is a per-function attribute: set once per process.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      sparse_attention_kernel<kHeadTile>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes);
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   check_cuda(configured, "cannot reserve shared memory for sparse attention");
   const long long head_tiles = (params.num_heads + kHeadTile - 1) / kHeadTile;
   const long long blocks = static_cast<long long>(params.num_rows) * head_tiles * params.num_splits;
   if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-  sparse_attention_kernel<kHeadTile>
-      <<<static_cast<unsigned>(blocks), T::kThreads, T::kSmemBytes, stream>>>(params);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(params);
   check_cuda(cudaGetLastError(), "sparse attention launch failed");
 }
 

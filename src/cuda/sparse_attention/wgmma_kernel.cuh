@@ -1,0 +1,401 @@
+// src/cuda/sparse_attention/wgmma_kernel.cuh — the 64-head tile on Hopper warpgroup MMA (sm_90a).
+//
+// One thread block = one query row × 64 heads × one chunk of split_candidates candidates, walked in
+// blocks of 64 candidates. Shared memory holds Q [64 heads][512] and two K tiles [64 candidates][512],
+// bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized:
+//   producer (warpgroup 2, few registers): per block, waits until its K tile is free, loads the 64
+//     entries (16-byte loads into registers, the block two ahead prefetched into L2), decodes them
+//     exactly (dequant.cuh) into the tile and hands it over (named barriers "full" / "empty").
+//   consumers (warpgroups 0 and 1, 128 f32 accumulators of O each): per block,
+//     S = Q·Kᵀ   wgmma m64n32k16 from shared memory: consumer c scores candidates [32c, 32c + 32)
+//                of all 64 heads (32 k-steps over the 512 dims);
+//     softmax    the row maxima of both halves meet in shared memory (one barrier), then each
+//                consumer rounds its P to bf16 in the A-fragment order of the next MMA and passes
+//                it to the other (a second barrier): both then hold the same P for all 64 candidates;
+//     O += P·V   wgmma m64n256k16, A = P from registers, B = the K tile read N-major (V = K);
+//                consumer c owns output dims [256c, 256c + 256).
+//   Each consumer sums the probabilities of its own 32 candidates; the two running sums (rescaled
+//   identically) are added in a fixed order at the end.
+// The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
+// kernel's functions (kernel.cuh), so the batch invariance argument is unchanged; the 64-head tile
+// is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/ptx_sm90.cuh"
+#include "cuda/sparse_attention/kernel.cuh"
+
+namespace dsv4::cuda::sparse_attention {
+
+// Shared-memory plan (bytes from a 1024-byte aligned base) and thread shape of the wgmma kernel.
+struct WgmmaPlan {
+  static constexpr int kHeads = 64;                                  // wgmma M
+  static constexpr int kConsumers = 2;                               // consumer warpgroups
+  static constexpr int kConsumerThreads = 128 * kConsumers;          // threads 0 .. 255
+  static constexpr int kProducerThreads = 128;                       // threads 256 .. 383
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kDimsPerConsumer = kDim / kConsumers;         // 256 output dims (wgmma N)
+  static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
+  // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
+  // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
+  // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static constexpr int kConsumerRegisters = 192;
+  static constexpr int kProducerRegisters = 120;
+  static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
+                "the registers the producer releases cover what the consumers ask for");
+  // Named barriers (0 is __syncthreads).
+  static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
+  static constexpr int kFullBarrier = 2;      // + stage: tile written (producer arrives, consumers wait)
+  static constexpr int kEmptyBarrier = 4;     // + stage: tile read (consumers arrive, producer waits)
+
+  static constexpr int kSliceBytes = 64 * 128;                       // 64 rows × one 64-dim swizzle row
+  static constexpr int kTileBytes = (kDim / 64) * kSliceBytes;       // [8 slices][64 rows][128 B]
+  static constexpr int kQ = 0;                                       // bf16 Q tile (heads)
+  static constexpr int kK = kQ + kTileBytes;                         // 2 bf16 K tiles (candidates)
+  static constexpr int kSlots = kK + 2 * kTileBytes;                 // i32 [512]
+  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;    // u32 [8][2]
+  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;  // i32 [8] live blocks, count, flag
+  static constexpr int kRowMax = kLive + (kMaxBlocksPerSplit + 4) * 4;  // f32 [2 consumers][64 heads]
+  static constexpr int kProb = kRowMax + kConsumers * kHeads * 4;   // u32 [2 consumers][8][128]: P fragments
+  static constexpr int kInv = kProb + kConsumers * 8 * 128 * 4;     // f32 [64] merge 1/denominators
+  static constexpr int kEnd = kInv + kHeads * 4;
+  static constexpr int kSmemBytes = kEnd + static_cast<int>(ptx::kSwizzleAtomBytes);  // + alignment slack
+  // The merge keeps its weights [64][chunks] where the Q and K tiles were.
+  static constexpr int kMaxChunks = kSlots / (kHeads * 4);
+  static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
+  // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
+  // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
+  static constexpr int kThreadsPerEntry = 4;
+  static constexpr int kPasses = kBlock * kThreadsPerEntry / kProducerThreads;  // 2
+  static constexpr int kPiecesPerThread = Entry::kDataBytes / 16 / kThreadsPerEntry;
+  static constexpr int kCodePiecesPerThread = Entry::kNopeDim / 16 / kThreadsPerEntry;
+  static_assert(kPiecesPerThread == 9 && kCodePiecesPerThread == 7 && kPasses == 2, "gather shape");
+  static_assert(Entry::kQuantBlock == 16 * kThreadsPerEntry, "code piece sub + 4i uses scale byte i");
+};
+
+// Byte offset of bf16 elements [d, d + 8) (d a multiple of 8) of row r of a swizzled [64][512] tile:
+// slice d / 64, row r, 16-byte group (d mod 64) / 8 at position group ^ (r mod 8).
+__device__ __forceinline__ int tile_offset(int r, int d) {
+  return (d / 64) * WgmmaPlan::kSliceBytes + r * 128 + ((((d % 64) / 8) ^ (r % 8)) * 16);
+}
+
+// A producer thread's share of one candidate entry, as loaded (the RoPE pieces are loaded when
+// stored: fewer registers in flight).
+struct EntryShare {
+  const std::uint8_t* data;  // the entry's 576 data bytes, or null for a masked candidate
+  uint4 piece[WgmmaPlan::kCodePiecesPerThread];  // 16-byte pieces sub + 4i (e4m3 codes)
+  uint2 scales;                                  // the 8-byte scale record
+};
+
+// Loads the code pieces of `share_index` = 4·e + sub (candidate e of block `block`, pieces
+// sub + 4i); zeros for a masked candidate (nothing is read).
+__device__ __forceinline__ void load_entry_codes(const SparseAttentionParams& p, const int* s_slots, int chunk_begin,
+                                                 int block, int share_index, EntryShare& share) {
+  constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
+  const int e = share_index / kSplit, sub = share_index % kSplit, c = block * kBlock + e;
+  const int slot = s_slots[c];
+  if (slot < 0) {
+#pragma unroll
+    for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i) share.piece[i] = make_uint4(0, 0, 0, 0);
+    share.scales = make_uint2(0, 0);
+    share.data = nullptr;
+    return;
+  }
+  const EntryAddress a = entry_address(p, chunk_begin, c, slot);
+  share.data = a.data;
+#pragma unroll
+  for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i)
+    share.piece[i] = ptx::load_stream_v4(a.data + (sub + kSplit * i) * 16);
+  share.scales = ptx::load_stream_v2(a.scales);
+}
+
+// Decodes a loaded share into K tile `tile` (candidate row e): code piece k = sub + 4i holds dims
+// [16k, 16k + 16) with scale byte i. Then loads and copies the RoPE pieces j = sub + 4i' (bf16 dims
+// 448 + 8j .. + 8); zeros for a masked candidate.
+__device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index) {
+  constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
+  constexpr int kRopePieces = WgmmaPlan::kPiecesPerThread - WgmmaPlan::kCodePiecesPerThread;
+  const int e = share_index / kSplit, sub = share_index % kSplit;
+  uint4 rope[kRopePieces];
+#pragma unroll
+  for (int i = 0; i < kRopePieces; ++i)
+    rope[i] = share.data != nullptr ? ptx::load_stream_v4(share.data + Entry::kNopeDim + (sub + kSplit * i) * 16)
+                                    : make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i) {
+    const std::uint32_t scale = ((i < 4 ? share.scales.x : share.scales.y) >> (8 * (i % 4))) & 0xffu;
+    uint4 lo, hi;
+    dequantize_e4m3x16(share.piece[i], scale, lo, hi);
+    const int d = 16 * (sub + kSplit * i);
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
+  }
+#pragma unroll
+  for (int i = 0; i < kRopePieces; ++i)
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i))) = rope[i];
+}
+
+// The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
+// that used it before (it − 2).
+__device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
+                                              const int* s_live, int num_live, std::uint8_t* s_k) {
+  using W = WgmmaPlan;
+  const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
+  for (int it = 0; it < num_live; ++it) {
+    const int stage = it % 2;
+    std::uint8_t* tile = s_k + stage * W::kTileBytes;
+    if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
+    EntryShare share[W::kPasses];
+#pragma unroll
+    for (int pass = 0; pass < W::kPasses; ++pass)
+      load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
+    if (it >= 2) {
+      ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
+      ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
+    }
+#pragma unroll
+    for (int pass = 0; pass < W::kPasses; ++pass) store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
+    ptx::fence_proxy_async_shared();
+    ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
+  }
+}
+
+// A template only so that the three instantiation units can include it (one definition each).
+template <int kHeadTile>
+__global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
+    sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
+  static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
+  using W = WgmmaPlan;
+  using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
+  extern __shared__ __align__(16) std::uint8_t smem_unaligned[];
+  const std::uint32_t misalignment = ptx::smem_address(smem_unaligned) % ptx::kSwizzleAtomBytes;
+  std::uint8_t* smem = smem_unaligned + (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
+  std::uint8_t* s_q = smem + W::kQ;                                     // bf16 [64 heads][512], swizzled
+  std::uint8_t* s_k = smem + W::kK;                                     // 2 × bf16 [64 candidates][512], swizzled
+  auto* s_slots = reinterpret_cast<int*>(smem + W::kSlots);             // [512]
+  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + W::kValid);   // [8][2]
+  auto* s_live = reinterpret_cast<int*>(smem + W::kLive);               // [8] + count + flag
+  auto* s_row_max = reinterpret_cast<float*>(smem + W::kRowMax);        // [2][64]: block maxima, then sums
+  auto* s_prob = reinterpret_cast<std::uint32_t*>(smem + W::kProb);     // [2][8][128] bf16x2 P fragments
+  int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
+
+  const int tid = threadIdx.x;
+  const ChunkWork work = chunk_of_block(p, kHeadTile);
+  const int head0 = work.head0;
+  const std::int64_t row = work.row;
+
+  // Q tile (heads past num_heads zero-filled) and the chunk's plan, by all threads.
+  for (int i = tid; i < kHeadTile * (kDim / 8); i += W::kThreads) {
+    const int h = i / (kDim / 8), d = (i % (kDim / 8)) * 8;
+    const bool valid = head0 + h < p.num_heads;
+    const std::uint16_t* src = valid ? p.q + ((row * p.num_heads + head0 + h) * kDim + d) : p.q;
+    ptx::cp_async_16(s_q + tile_offset(h, d), src, valid);
+  }
+  ptx::cp_async_commit();
+  const int num_live = plan_chunk<W::kThreads>(p, work, s_slots, s_valid, s_live);
+  if (tid >= W::kConsumerThreads) {
+    const int ptid = tid - W::kConsumerThreads;
+    if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], ptid);
+    if (num_live > 1) prefetch_block(p, s_slots, work.chunk_begin, s_live[1], ptid);
+  }
+  ptx::cp_async_wait_all();
+  ptx::fence_proxy_async_shared();
+  __syncthreads();  // Q is in place; from here on the warpgroups part
+
+  if (tid >= W::kConsumerThreads) {
+    ptx::registers_decrease<W::kProducerRegisters>();
+    produce_tiles(p, work, s_slots, s_live, num_live, s_k);
+    return;
+  }
+  ptx::registers_increase<W::kConsumerRegisters>();
+
+  const int lane = tid % 32, consumer = tid / 128, ctid = tid % 128;
+  const int quad = lane % 4;
+  const int frag_row = 16 * (ctid / 32) + lane / 4;  // this thread's heads: frag_row and frag_row + 8
+
+  float run_max[2] = {-INFINITY, -INFINITY};  // heads frag_row, frag_row + 8 (the same in both consumers)
+  float run_sum[2] = {0.0f, 0.0f};            // Σ P over this consumer's candidates only
+  float acc_o[W::kDimsPerConsumer / 2];  // d[4j+i]: head frag_row + 8·(i/2), dim 256·consumer + 8j + 2·quad + i%2
+#pragma unroll
+  for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = 0.0f;
+  const std::uint64_t q_descriptor = ptx::sw128_descriptor(s_q);
+
+  for (int it = 0; it < num_live; ++it) {
+    const int stage = it % 2, block = s_live[it];
+    const std::uint8_t* tile = s_k + stage * W::kTileBytes;
+    ptx::barrier_sync(W::kFullBarrier + stage, W::kThreads);
+
+    // S = Q·Kᵀ for this consumer's 32 candidates (tile rows 32c .. 32c + 31, four swizzle atoms in).
+    // k-step kk is slice kk / 4, byte offset 32·(kk mod 4) of its rows.
+    float acc_s[16];  // d[4j+i]: head frag_row + 8·(i/2), candidate 32c + 8j + 2·quad + i%2
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc_s[i] = 0.0f;
+    const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile + consumer * W::kCandidatesPerConsumer * 128);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDim / 16; ++kk) {
+      const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
+      ptx::wgmma_m64n32k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait_all();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) ptx::fence_operand(acc_s[i]);
+
+    // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
+    const std::uint32_t valid_bits = s_valid[2 * block + consumer];
+    float half_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float& s = acc_s[4 * j + i];
+        s = (valid_bits >> (8 * j + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+        half_max[i / 2] = fmaxf(half_max[i / 2], s);
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float m = half_max[half];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = m;
+    }
+    ConsumerSync{}();
+    float max_safe[2], rescale[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = frag_row + 8 * half;
+      const float block_max = fmaxf(s_row_max[r], s_row_max[kHeadTile + r]);
+      const float new_max = fmaxf(run_max[half], block_max);
+      max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
+      rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
+      run_max[half] = new_max;
+    }
+    // P in bf16 as the A fragments of P·V: this consumer's candidates are k16 steps 2c and 2c + 1;
+    // fragment 4·(j/2) + 2·(j%2) + half of them comes from score n-tile j, head frag_row + 8·half.
+    std::uint32_t own[8], other[8];
+    float block_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const std::uint32_t pr =
+            ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
+                             ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
+        own[4 * (j / 2) + 2 * (j % 2) + half] = pr;
+        // Sum what P·V will use: the bf16-rounded probabilities.
+        block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr << 16));
+        block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr & 0xffff0000u));
+      }
+    }
+    // The other consumer's thread ctid needs exactly these fragments (same heads, same lanes).
+#pragma unroll
+    for (int f = 0; f < 8; ++f) s_prob[(consumer * 8 + f) * 128 + ctid] = own[f];
+    bool any_rescale = false;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = block_sum[half];
+      sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+      sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+      run_sum[half] = __fmaf_rn(run_sum[half], rescale[half], sum);
+      any_rescale |= rescale[half] != 1.0f;
+    }
+    if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
+#pragma unroll
+      for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+    }
+    ConsumerSync{}();
+#pragma unroll
+    for (int f = 0; f < 8; ++f) other[f] = s_prob[((1 - consumer) * 8 + f) * 128 + ctid];
+    // The A fragments of the four k16 steps, in candidate order (chosen before the MMAs start, so no
+    // instruction touches their registers while the warpgroup's MMAs are in flight).
+    std::uint32_t a[16];
+#pragma unroll
+    for (int f = 0; f < 16; ++f) {
+      a[f] = f / 8 == consumer ? own[f % 8] : other[f % 8];
+      ptx::fence_operand(a[f]);
+    }
+
+    // O += P·V: B = this consumer's 4 slices of the K tile, N-major: 64 dims per 128-byte row (the
+    // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
+    const std::uint64_t v_descriptor = ptx::sw128_descriptor(
+        tile + consumer * (W::kDimsPerConsumer / 64) * W::kSliceBytes, W::kSliceBytes, ptx::kSwizzleAtomBytes);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlock / 16; ++kk) {
+      const std::uint64_t step = static_cast<std::uint64_t>((kk * 16 * 128) >> 4);  // 16 candidate rows
+      ptx::wgmma_m64n256k16_bf16_rs_bt(acc_o, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
+                                       v_descriptor + step, true);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait_all();
+#pragma unroll
+    for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) ptx::fence_operand(acc_o[i]);
+    if (it + 2 < num_live) ptx::barrier_arrive(W::kEmptyBarrier + stage, W::kThreads);
+  }
+
+  // Both consumers' sums, added in a fixed order (the same bits in both).
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = run_sum[half];
+  ConsumerSync{}();
+  float row_sum[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    row_sum[half] = __fadd_rn(s_row_max[frag_row + 8 * half], s_row_max[kHeadTile + frag_row + 8 * half]);
+
+  const std::int64_t out_row = row * p.num_heads;
+  const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
+  const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
+  const int dim0 = consumer * W::kDimsPerConsumer + 2 * quad;  // + 8j: this thread's output dim pairs
+
+  if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int h = head0 + frag_row + 8 * half;
+      if (h >= p.num_heads) continue;
+      const float m = run_max[half], l = row_sum[half];
+      const RowNormalizer n = merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
+      const float weight = chunk_weight(m, n.max_safe);
+      if (consumer == 0 && quad == 0) p.lse[out_row + h] = n.lse;
+      std::uint16_t* out = p.out + (out_row + h) * kDim;
+#pragma unroll
+      for (int j = 0; j < W::kDimsPerConsumer / 8; ++j) {
+        const int d = dim0 + 8 * j;
+        const bool rotate = rope_cos != nullptr && d >= Entry::kNopeDim;
+        const int pair = rotate ? rope_pair(d) : 0;
+        *reinterpret_cast<std::uint32_t*>(out + d) =
+            finish_pair(accumulate_chunk(0.0f, acc_o[4 * j + 2 * half], weight),
+                        accumulate_chunk(0.0f, acc_o[4 * j + 2 * half + 1], weight), n.inv_denom, rotate,
+                        rotate ? rope_cos[pair] : 1.0f, rotate ? rope_sin[pair] : 0.0f);
+      }
+    }
+    return;
+  }
+
+  // Several chunks: publish this one, then the last to arrive merges all of them in order (the
+  // consumers only: the producer has left).
+  const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int h = head0 + frag_row + 8 * half;
+    if (h >= p.num_heads) continue;
+    const std::int64_t slot = (chunk_base + work.chunk) * p.num_heads + h;
+    float* out = p.partial_out + slot * kDim;
+#pragma unroll
+    for (int j = 0; j < W::kDimsPerConsumer / 8; ++j)
+      *reinterpret_cast<float2*>(out + dim0 + 8 * j) = make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
+    if (consumer == 0 && quad == 0)
+      *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
+  }
+  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{})) return;
+  merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
+                                               reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{});
+  reset_arrivals(p, row, head0);
+}
+
+}  // namespace dsv4::cuda::sparse_attention
