@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -148,32 +147,6 @@ TEST_P(IndexerScoresGpu, PageOutsideThePoolGivesNaNWithoutReadingIt) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "page_table");
-  }
-}
-
-// Caps the score kernel's key-ring depth while alive (src/cuda/indexer/score.cu reads the variable on
-// every call): "1" makes every step wait for its own keys and reuse the one slot, so even short rows
-// wrap the ring; "0" selects the register kernel.
-class RingStepsCap {
- public:
-  explicit RingStepsCap(const char* steps) { setenv("DSV4_INDEXER_SCORE_RING_STEPS", steps, 1); }
-  ~RingStepsCap() { unsetenv("DSV4_INDEXER_SCORE_RING_STEPS"); }
-  RingStepsCap(const RingStepsCap&) = delete;
-  RingStepsCap& operator=(const RingStepsCap&) = delete;
-};
-
-TEST_P(IndexerScoresGpu, EveryKeyRingDepthAndTheRegisterKernel) {
-  std::mt19937_64 rng(testing::fresh_seed());
-  std::uniform_int_distribution<int> prefix(0, 6000);
-  std::vector<std::vector<int>> visible;
-  for (int next_n = 1; next_n <= 8; next_n += 3) visible.push_back(testing::causal_visible(prefix(rng), next_n, 4));
-  IndexerBatch decode = make_indexer_batch(rng, GetParam(), 64, 16, visible, 1600);
-  IndexerBatch edges = make_indexer_batch(rng, GetParam(), 64, 4, {{0, 1, 3, 4, 5}, {}, {700}, {129, 128, 127}}, 700);
-  for (const char* steps : {"0", "1", "2", "3", "8"}) {
-    SCOPED_TRACE(std::string("ring steps ") + steps);
-    const RingStepsCap cap(steps);
-    check_scores(decode);
-    check_scores(edges);
   }
 }
 

@@ -68,47 +68,4 @@ __device__ __forceinline__ std::uint32_t load_stream_u32(const void* address) {
   return v;
 }
 
-// ---- cp.async (per-thread asynchronous copies global → shared) ---------------------------------------
-// `bytes` of the copy come from `source` when `valid`, else they are zero-filled without any read
-// (the source must still be a valid address). The copying thread sees the data after
-// cp_async_wait; no barrier is needed while only that thread reads it.
-
-__device__ __forceinline__ void cp_async_16(void* shared_destination, const void* source, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(static_cast<std::uint32_t>(
-                   __cvta_generic_to_shared(shared_destination))),
-               "l"(source), "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_8(void* shared_destination, const void* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(static_cast<std::uint32_t>(
-                   __cvta_generic_to_shared(shared_destination))),
-               "l"(source), "r"(valid ? 8 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void cp_async_4(void* shared_destination, const void* source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(static_cast<std::uint32_t>(
-                   __cvta_generic_to_shared(shared_destination))),
-               "l"(source), "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-// Closes this thread's group of copies issued since the last commit (an empty group is fine).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-// Waits until at most `pending` (0..7) of this thread's newest groups are still in flight.
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-  }
-}
-
 }  // namespace dsv4::cuda::ptx

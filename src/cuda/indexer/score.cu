@@ -1,8 +1,7 @@
-// src/cuda/indexer/score.cu — tile, chunk and key-ring choice of the score kernel.
+// src/cuda/indexer/score.cu — tile and chunk choice of the score kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/indexer/params.hpp"
@@ -12,37 +11,9 @@
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
-namespace {
-
-using namespace indexer_score;
-
-// Shared memory a CTA may take beyond the dynamic part (the kernel's static arrays, about 2.4 KB)
-// and what the driver reserves per CTA.
-constexpr std::size_t kStaticSharedAllowance = 4096;
-constexpr std::size_t kReservedPerCta = 1024;
-
-// Key-ring depth in steps: as deep as fits next to the tile's queries while two CTAs still share
-// an SM (or one, when the queries alone take more than half of it), at most kMaxRingSteps.
-// DSV4_INDEXER_SCORE_RING_STEPS=n caps it at n (tests use 1, so every small case wraps the ring;
-// 0 selects the register kernel, kept for comparison).
-int ring_steps_for(int heads, int tile_rows, IndexerKeyFormat format) {
-  int device = 0, per_sm = 0, per_block = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  const std::size_t fixed = shared_bytes(heads, tile_rows, format, 0);
-  const std::size_t step = static_cast<std::size_t>(ring_step_bytes(format));
-  const std::size_t half_sm = static_cast<std::size_t>(per_sm) / 2 - kReservedPerCta - kStaticSharedAllowance;
-  const std::size_t whole = static_cast<std::size_t>(per_block) - kStaticSharedAllowance;
-  const std::size_t budget = fixed + 2 * step <= half_sm ? half_sm : whole;
-  int steps = budget > fixed ? static_cast<int>(std::min<std::size_t>(kMaxRingSteps, (budget - fixed) / step)) : 0;
-  if (const char* cap = std::getenv("DSV4_INDEXER_SCORE_RING_STEPS")) steps = std::min(steps, std::atoi(cap));
-  return std::max(steps, 0);
-}
-
-}  // namespace
 
 void indexer_scores(const IndexerScoreParams& p, void* stream) {
+  using namespace indexer_score;
   // Rows per CTA: a request's rows share every key load, so a tile covers about one request's rows
   // (decode: next_n, prefill: 8); rows of other requests in the same tile only add query staging.
   const std::int64_t rows_per_request = (p.num_rows + p.num_requests - 1) / std::max(p.num_requests, 1);
@@ -60,9 +31,8 @@ void indexer_scores(const IndexerScoreParams& p, void* stream) {
   const std::int64_t chunks = (cols + chunk - 1) / chunk;
   require(chunks <= 65535, "scores", "too many columns for one launch");
   shape.key_chunk = static_cast<int>(chunk);
-  shape.ring_steps = ring_steps_for(p.heads, shape.tile_rows, p.format);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
-  const std::size_t shared = shared_bytes(p.heads, shape.tile_rows, p.format, shape.ring_steps);
+  const std::size_t shared = shared_bytes(p.heads, shape.tile_rows);
   auto* s = static_cast<cudaStream_t>(stream);
   if (p.format == IndexerKeyFormat::FP8) launch_fp8(p, grid, shape, shared, s);
   else launch_fp4(p, grid, shape, shared, s);

@@ -1,4 +1,4 @@
-// src/cuda/indexer/score_fp4.cu — the score kernels for FP4 (68-byte) keys.
+// src/cuda/indexer/score_fp4.cu — the score kernel for FP4 (68-byte) keys.
 #include "cuda/indexer/score_kernel.cuh"
 #include "cuda/indexer/score_launch.hpp"
 
@@ -6,7 +6,7 @@ namespace dsv4::cuda::indexer_score {
 
 void launch_fp4(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
                 cudaStream_t stream) {
-  auto* kernel = shape.ring_steps > 0 ? score_kernel<IndexerKeyFormat::FP4, true> : score_kernel<IndexerKeyFormat::FP4, false>;
+  auto* kernel = score_kernel<IndexerKeyFormat::FP4>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   kernel<<<grid, kThreads, shared, stream>>>(p, shape);
 }

@@ -210,79 +210,6 @@ __device__ __forceinline__ void ready_step(const LoadedStep<kFormat>& step, cons
   }
 }
 
-// ---- the key ring (shared memory): steps in flight without holding registers ----
-// Each lane copies its own share of a step's two key rows into its warp's slot with cp.async and
-// reads the same bytes back after cp.async.wait_group, so no barrier or mbarrier is needed; rows
-// past the visible range or on a page outside the pool are zero-filled without a read.
-
-// Where key row s of the chunk lives: state kLoaded with its pool page and entry, else why not.
-struct KeyRowSource {
-  RowState state;
-  const std::uint8_t* page;  // [page_bytes] when kLoaded
-  int entry;
-};
-
-__device__ __forceinline__ KeyRowSource key_row_source(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                                       int visible_end) {
-  if (s >= visible_end) return {RowState::kPastVisible, nullptr, 0};
-  const std::int64_t page = pages.of(p, s);
-  if (page < 0) return {RowState::kOutsidePool, nullptr, 0};
-  return {RowState::kLoaded, p.pages + page * p.page_bytes, s & (p.entries_per_page - 1)};
-}
-
-// Issues the copies of a lane's share of key rows k0 + g and k0 + g + 8 into `slot` (its warp's
-// slot of one ring step; layout in score_config.hpp).
-template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void fetch_ring_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
-                                                int visible_end, int g, int quad, int lane, std::uint8_t* slot) {
-  constexpr int kChunk = ring_chunk_bytes(kFormat);
-  constexpr int kRowBytes = 8 * kChunk;  // 128 (FP8) or 64 (FP4) bytes of codes per key
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const KeyRowSource row = key_row_source(p, pages, k0 + g + 8 * i, visible_end);
-    const bool loaded = row.state == RowState::kLoaded;
-    // A skipped copy still names a valid address (the pool's first byte); nothing is read from it.
-    const std::uint8_t* data = loaded ? row.page + static_cast<std::int64_t>(row.entry) * kRowBytes : p.pages;
-    const std::uint8_t* scale =
-        loaded ? row.page + static_cast<std::int64_t>(p.entries_per_page) * kRowBytes + row.entry * 4 : p.pages;
-    std::uint8_t* lo = slot + (2 * i) * 32 * kChunk + lane * kChunk;
-    std::uint8_t* hi = lo + 32 * kChunk;
-    if constexpr (kChunk == 16) {
-      ptx::cp_async_16(lo, data + (loaded ? quad * kChunk : 0), loaded);
-      ptx::cp_async_16(hi, data + (loaded ? kRowBytes / 2 + quad * kChunk : 0), loaded);
-    } else {
-      ptx::cp_async_8(lo, data + (loaded ? quad * kChunk : 0), loaded);
-      ptx::cp_async_8(hi, data + (loaded ? kRowBytes / 2 + quad * kChunk : 0), loaded);
-    }
-    ptx::cp_async_4(slot + ring_scale_offset(kFormat) + i * 128 + lane * 4, scale, loaded);
-  }
-}
-
-// A lane's share of the step in `slot` (its copies have landed), in the form load_step gives.
-template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void read_ring_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
-                                               int visible_end, int g, int lane, const std::uint8_t* slot,
-                                               LoadedStep<kFormat>& step) {
-  const RowState state_g = key_row_source(p, pages, k0 + g, visible_end).state;
-  const RowState state_g8 = key_row_source(p, pages, k0 + g + 8, visible_end).state;
-  const auto* scales = reinterpret_cast<const std::uint32_t*>(slot + ring_scale_offset(kFormat)) + lane;
-  if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    const uint4* chunks = reinterpret_cast<const uint4*>(slot) + lane;
-    step.keys = KeyRows{chunks[0], chunks[32], chunks[64], chunks[96]};
-    const auto scale_of = [](RowState state, std::uint32_t bits) {
-      return state == RowState::kLoaded        ? __uint_as_float(bits)
-             : state == RowState::kPastVisible ? 0.0f
-                                               : __int_as_float(0x7fc00000);
-    };
-    step.scale_lo = scale_of(state_g, scales[0]);
-    step.scale_hi = scale_of(state_g8, scales[32]);
-  } else {
-    const uint2* chunks = reinterpret_cast<const uint2*>(slot) + lane;
-    step.g = PackedRow{chunks[0], chunks[32], scales[0], state_g};
-    step.g8 = PackedRow{chunks[64], chunks[96], scales[32], state_g8};
-  }
-}
-
 // Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
 // (row, head) query scale into its weight. Row r, head h: 128 bytes at (r·heads + h)·128, holding
 // logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8). Logical chunk L
@@ -367,16 +294,13 @@ __device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_
 }
 
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
-// kRing: keys through the shared-memory ring of shape.ring_steps steps, else into registers one step
-// ahead.
-template <IndexerKeyFormat kFormat, bool kRing>
+template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
   std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
   float* s_w = reinterpret_cast<float*>(s_q + query_bytes(p.heads, shape.tile_rows));     // [tile_rows][heads]
   uint2* s_tables = reinterpret_cast<uint2*>(s_q + tables_offset(p.heads, shape.tile_rows));  // [kExponentTables]
-  std::uint8_t* s_ring = s_q + ring_offset(p.heads, shape.tile_rows);  // [ring_steps][kWarps] slots
   __shared__ int s_visible[kRowsPerTile];
   __shared__ int s_request_part[kWarps][kRowsPerTile];  // the request of row r is Σ_w s_request_part[w][r]
   __shared__ std::int32_t s_pages[kMaxKeyChunk / kMinEntriesPerPage + 1];  // the chunk's pages, per segment
@@ -471,16 +395,23 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       __syncthreads();
     }
 
-    // Columns [k0, k0 + 64) past every row's V_t: −inf for the segment's rows.
-    const auto write_invisible_step = [&](int k0) {
-      for (int r = r_begin; r < r_end; ++r) {
-        float* out = p.scores + (row0 + r) * p.num_cols;
-        for (int j = threadIdx.x % 128; j < kKeysPerStep; j += 128)
-          if (k0 + j < col_end) out[k0 + j] = neg_inf;
+    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
+    // loaded one step ahead: its loads are issued before the previous step is widened (FP4) and
+    // computed, and stay in flight meanwhile.
+    const int first = col0 + warpgroup * kKeysPerStep;
+    LoadedStep<kFormat> loaded;
+    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
+    for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
+      if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
+        for (int r = r_begin; r < r_end; ++r) {
+          float* out = p.scores + (row0 + r) * p.num_cols;
+          for (int j = threadIdx.x % 128; j < kKeysPerStep; j += 128)
+            if (k0 + j < col_end) out[k0 + j] = neg_inf;
+        }
+        continue;
       }
-    };
-    // The segment's rows against this warpgroup's 64 keys at k0.
-    const auto score_step = [&](const LoadedStep<kFormat>& loaded, int k0) {
+      LoadedStep<kFormat> next;
+      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
       KeyRows keys;
       float scale_lo, scale_hi;
       ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
@@ -494,56 +425,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
-    };
-
-    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
-    const int first = col0 + warpgroup * kKeysPerStep;
-    if constexpr (kRing) {
-      // Step i of the warpgroup (k0 = first + i·128) lives in ring slot i mod depth. Iteration i
-      // first refills the slot step i − 1 used (consumed: its wgmma has completed) with step
-      // i + depth − 1, then waits for step i, so depth − 1 steps stay in flight during each step.
-      const int depth = shape.ring_steps;
-      constexpr int kStepBytes = ring_step_bytes(kFormat);
-      std::uint8_t* const warp_slots = s_ring + cta_warp * ring_slot_bytes(kFormat);  // + slot · kStepBytes
-      const int fetched_steps = key_end > first ? (key_end - first + kKeysPerCtaStep - 1) / kKeysPerCtaStep : 0;
-      for (int i = 0; i < depth - 1; ++i) {
-        if (i < fetched_steps)
-          fetch_ring_step<kFormat>(p, pages, first + i * kKeysPerCtaStep + 16 * warp, key_end, g, quad, lane,
-                                   warp_slots + i * kStepBytes);
-        ptx::cp_async_commit();
-      }
-      int slot = 0;  // i mod depth
-      for (int i = 0, k0 = first; k0 < col_end; ++i, k0 += kKeysPerCtaStep) {
-        if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
-          write_invisible_step(k0);
-          continue;
-        }
-        const int refill = i + depth - 1;  // into slot (i − 1) mod depth = refill mod depth
-        if (refill < fetched_steps)
-          fetch_ring_step<kFormat>(p, pages, k0 + (depth - 1) * kKeysPerCtaStep + 16 * warp, key_end, g, quad, lane,
-                                   warp_slots + (slot == 0 ? depth - 1 : slot - 1) * kStepBytes);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait(depth - 1);  // groups 0..i have landed
-        LoadedStep<kFormat> loaded;
-        read_ring_step<kFormat>(p, pages, k0 + 16 * warp, key_end, g, lane, warp_slots + slot * kStepBytes, loaded);
-        slot = slot + 1 == depth ? 0 : slot + 1;
-        score_step(loaded, k0);
-      }
-    } else {
-      LoadedStep<kFormat> loaded;
-      load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
-      for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
-        if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
-          write_invisible_step(k0);
-          continue;
-        }
-        // This step was loaded one step ago; the next step's loads are issued before this one is
-        // widened (FP4) and computed, and stay in flight meanwhile.
-        LoadedStep<kFormat> next;
-        load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
-        score_step(loaded, k0);
-        loaded = next;
-      }
+      loaded = next;
     }
     r_begin = r_end;
   }

@@ -9,8 +9,7 @@
 
 namespace dsv4::cuda::indexer_score {
 
-// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`; the key-ring kernel
-// when shape.ring_steps > 0, else the register one.
+// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`.
 void launch_fp8(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
                 cudaStream_t stream);
 void launch_fp4(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
