@@ -19,6 +19,14 @@ __device__ __forceinline__ std::uint64_t sw128_descriptor(const void* smem) {
          (std::uint64_t{1024 >> 4} << 32) | (std::uint64_t{1} << 62);
 }
 
+// The descriptor of the tile `bytes` further on (a multiple of 16 inside the same shared-memory
+// window): only the 14-bit start-address field changes, and shared addresses (< 2^18) never carry
+// out of it, so a 32-bit add on the low word suffices.
+__device__ __forceinline__ std::uint64_t advance_descriptor(std::uint64_t descriptor, int bytes) {
+  const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (static_cast<std::uint32_t>(bytes) >> 4);
+  return (descriptor & 0xffffffff00000000ull) | low;
+}
+
 // Orders this warpgroup's earlier register and shared-memory accesses before the next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -14,6 +14,8 @@ namespace dsv4::cuda {
 
 void indexer_scores(const IndexerScoreParams& p, void* stream) {
   using namespace indexer_score;
+  // The kernels address inside a page with 32-bit offsets (a page of 2^31 bytes would hold 16M entries).
+  require(p.page_bytes < (std::int64_t{1} << 31), "keys.pages", "pages of 2 GiB or more are not supported on CUDA");
   // Rows per CTA: a request's rows share every key load, so a tile covers about one request's rows
   // (decode: next_n, prefill: 8); rows of other requests in the same tile only add query staging.
   const std::int64_t rows_per_request = (p.num_rows + p.num_requests - 1) / std::max(p.num_requests, 1);

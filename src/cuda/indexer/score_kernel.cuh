@@ -82,37 +82,34 @@ struct ChunkPages {
   const std::int32_t* pages;  // shared memory
   int first_page;
 
-  __device__ std::int64_t of(const IndexerScoreParams& p, int s) const {
+  __device__ int of(const IndexerScoreParams& p, int s) const {
     return pages[(s >> p.entries_per_page_log2) - first_page];
   }
 };
 
-// ---- FP8 keys: loaded straight into the wgmma A-fragment registers ----
-
-// Loads a lane's share of FP8 key row s: chunks q and q + 4 (zeros past the visible range or for a
-// page outside the pool).
-__device__ __forceinline__ void load_fp8_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                             int visible_end, int quad, uint4& lo, uint4& hi) {
-  lo = hi = make_uint4(0, 0, 0, 0);
-  if (s >= visible_end) return;
-  const std::int64_t page = pages.of(p, s);
-  if (page < 0) return;
-  const int entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* data = p.pages + page * p.page_bytes + static_cast<std::int64_t>(entry) * kDim;
-  lo = ptx::load_stream_v4(data + quad * kChunkBytes);
-  hi = ptx::load_stream_v4(data + kDim / 2 + quad * kChunkBytes);
+// The first byte of pool page `page` (≥ 0): one 32 × 32 → 64-bit multiply (the host checks that a
+// page has fewer than 2^31 bytes); offsets inside the page stay 32-bit.
+__device__ __forceinline__ const std::uint8_t* page_base(const IndexerScoreParams& p, int page) {
+  return p.pages + static_cast<std::uint64_t>(static_cast<std::uint32_t>(page)) * static_cast<std::uint32_t>(p.page_bytes);
 }
 
-// The float32 scale of FP8 key s: 0 past the visible range, NaN for a page outside the pool (the
-// score then shows the broken page table).
-__device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                               int visible_end) {
+// ---- FP8 keys: loaded straight into the wgmma A-fragment registers ----
+
+// Loads a lane's share of FP8 key row s, chunks q and q + 4, and returns the key's float32 scale.
+// Past the visible range the row reads as zeros with scale 0; on a page outside the pool as zeros
+// with scale NaN (the score then shows the broken page table). One page lookup serves both.
+__device__ __forceinline__ float load_fp8_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
+                                              int visible_end, int quad, uint4& lo, uint4& hi) {
+  lo = hi = make_uint4(0, 0, 0, 0);
   if (s >= visible_end) return 0.0f;
-  const std::int64_t page = pages.of(p, s);
+  const int page = pages.of(p, s);
   if (page < 0) return __int_as_float(0x7fc00000);
+  const std::uint8_t* base = page_base(p, page);
   const int entry = s & (p.entries_per_page - 1);
-  return __uint_as_float(ptx::load_stream_u32(p.pages + page * p.page_bytes +
-                                              static_cast<std::int64_t>(p.entries_per_page) * kDim + entry * 4));
+  const std::uint8_t* data = base + entry * kDim + quad * kChunkBytes;
+  lo = ptx::load_stream_v4(data);
+  hi = ptx::load_stream_v4(data + kDim / 2);
+  return __uint_as_float(ptx::load_stream_u32(base + p.entries_per_page * kDim + entry * 4));
 }
 
 // ---- FP4 keys: loaded packed, widened only when their step is consumed ----
@@ -137,16 +134,16 @@ __device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, c
   PackedRow row{};
   row.state = RowState::kPastVisible;
   if (s >= visible_end) return row;
-  const std::int64_t page = pages.of(p, s);
+  const int page = pages.of(p, s);
   row.state = RowState::kOutsidePool;
   if (page < 0) return row;
   row.state = RowState::kLoaded;
-  const std::int64_t entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* base = p.pages + page * p.page_bytes;
-  const std::uint8_t* data = base + entry * kRowBytes;
-  row.lo = ptx::load_stream_v2(data + quad * (kChunkBytes / 2));
-  row.hi = ptx::load_stream_v2(data + kRowBytes / 2 + quad * (kChunkBytes / 2));
-  row.scales = ptx::load_stream_u32(base + static_cast<std::int64_t>(p.entries_per_page) * kRowBytes + entry * 4);
+  const int entry = s & (p.entries_per_page - 1);
+  const std::uint8_t* base = page_base(p, page);
+  const std::uint8_t* data = base + entry * kRowBytes + quad * (kChunkBytes / 2);
+  row.lo = ptx::load_stream_v2(data);
+  row.hi = ptx::load_stream_v2(data + kRowBytes / 2);
+  row.scales = ptx::load_stream_u32(base + p.entries_per_page * kRowBytes + entry * 4);
   return row;
 }
 
@@ -186,10 +183,8 @@ __device__ __forceinline__ void load_step(const IndexerScoreParams& p, const Chu
                                           int visible_end, int g, int quad, LoadedStep<kFormat>& step) {
   const int s = k0 + g;
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
-    load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
-    step.scale_lo = fp8_key_scale(p, pages, s, visible_end);
-    step.scale_hi = fp8_key_scale(p, pages, s + 8, visible_end);
+    step.scale_lo = load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
+    step.scale_hi = load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
   } else {
     step.g = load_fp4_row(p, pages, s, visible_end, quad);
     step.g8 = load_fp4_row(p, pages, s + 8, visible_end, quad);
@@ -259,33 +254,43 @@ __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
 }
 
 // Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys; lane (g, q) of warp w gets
-// the sums of keys 16w+g (lo) and 16w+g+8 (hi), reduced over the quad.
-__device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_q_row, const float* s_w_row,
-                                           int heads, int quad, float& sum_lo, float& sum_hi) {
+// the sums of keys 16w+g (lo) and 16w+g+8 (hi), reduced over the quad. `b_descriptor`: the wgmma
+// descriptor of the row's queries in shared memory (head group 0, k-step 0). `overlap()` runs once
+// while the tensor cores work on the first head group (the caller issues its next loads there).
+template <class Overlap>
+__device__ __forceinline__ void row_scores(KeyRows& keys, std::uint64_t b_descriptor, const float* s_w_row, int heads,
+                                           int quad, float& sum_lo, float& sum_hi, const Overlap& overlap) {
   sum_lo = sum_hi = 0.0f;
   for (int group = 0; group < heads / kHeadGroup; ++group) {
-    const std::uint8_t* b_tile = s_q_row + group * kHeadGroup * kDim;  // 1024-byte aligned
-    float d[32] = {};
+    float d[32] = {};  // never read: the first k-step does not accumulate (the compiler drops the zeros)
     ptx::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kKSteps; ++j) {
       const uint4& g_chunk = j < 2 ? keys.lo_g : keys.hi_g;
       const uint4& g8_chunk = j < 2 ? keys.lo_g8 : keys.hi_g8;
       const int w0 = 2 * (j % 2);
-      ptx::wgmma_m64n64k32_e4m3_rs(d, word_of(g_chunk, w0), word_of(g8_chunk, w0), word_of(g_chunk, w0 + 1),
-                                   word_of(g8_chunk, w0 + 1), ptx::sw128_descriptor(b_tile + 32 * j), j > 0);
+      ptx::wgmma_m64n64k32_e4m3_rs(
+          d, word_of(g_chunk, w0), word_of(g8_chunk, w0), word_of(g_chunk, w0 + 1), word_of(g8_chunk, w0 + 1),
+          ptx::advance_descriptor(b_descriptor, group * kHeadGroup * kDim + 32 * j), j > 0);
     }
     ptx::wgmma_commit();
+    if (group == 0) overlap();
     ptx::wgmma_wait_all();
 #pragma unroll
     for (int i = 0; i < 32; ++i) ptx::fence_operand(d[i]);
+    // ReLU · w with two partial sums per key: dependent FMA chains of 8, no separate products.
     const float* w = s_w_row + group * kHeadGroup + 2 * quad;
+    float lo_even = 0.0f, lo_odd = 0.0f, hi_even = 0.0f, hi_odd = 0.0f;
 #pragma unroll
     for (int n = 0; n < kHeadGroup / 8; ++n) {
       const float2 wn = *reinterpret_cast<const float2*>(w + 8 * n);
-      sum_lo += fmaxf(d[4 * n], 0.0f) * wn.x + fmaxf(d[4 * n + 1], 0.0f) * wn.y;
-      sum_hi += fmaxf(d[4 * n + 2], 0.0f) * wn.x + fmaxf(d[4 * n + 3], 0.0f) * wn.y;
+      lo_even = fmaf(fmaxf(d[4 * n], 0.0f), wn.x, lo_even);
+      lo_odd = fmaf(fmaxf(d[4 * n + 1], 0.0f), wn.y, lo_odd);
+      hi_even = fmaf(fmaxf(d[4 * n + 2], 0.0f), wn.x, hi_even);
+      hi_odd = fmaf(fmaxf(d[4 * n + 3], 0.0f), wn.y, hi_odd);
     }
+    sum_lo += lo_even + lo_odd;
+    sum_hi += hi_even + hi_odd;
   }
   sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
   sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
@@ -375,6 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     return request;
   };
   const float neg_inf = -INFINITY;
+  const std::uint64_t q_descriptor = ptx::sw128_descriptor(s_q);  // row r: + r·heads·128 bytes
   const int lane_key = 16 * warp + g;
   // Rows of one request share their keys; a tile spanning requests handles them one after another.
   for (int r_begin = 0; r_begin < rows;) {
@@ -396,8 +402,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     }
 
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
-    // loaded one step ahead: its loads are issued before the previous step is widened (FP4) and
-    // computed, and stay in flight meanwhile.
+    // loaded one step ahead: its loads are issued while the previous step is computed and stay in
+    // flight meanwhile (FP4 keys stay packed until their own step widens them).
     const int first = col0 + warpgroup * kKeysPerStep;
     LoadedStep<kFormat> loaded;
     load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
@@ -410,14 +416,18 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
         }
         continue;
       }
-      LoadedStep<kFormat> next;
-      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
       KeyRows keys;
       float scale_lo, scale_hi;
       ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
+      // The next step's loads are issued while the tensor cores compute the first row's products.
+      LoadedStep<kFormat> next;
       for (int r = r_begin; r < r_end; ++r) {
+        const auto load_next = [&] {
+          if (r == r_begin) load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+        };
         float sum_lo, sum_hi;
-        row_scores(keys, s_q + r * p.heads * kDim, s_w + r * p.heads, p.heads, quad, sum_lo, sum_hi);
+        row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim), s_w + r * p.heads, p.heads, quad,
+                   sum_lo, sum_hi, load_next);
         // Quad lanes 0 and 1 write keys 16w + g and 16w + g + 8.
         const int s = k0 + lane_key + 8 * quad;
         if (quad < 2 && s < col_end) {
