@@ -253,14 +253,14 @@ __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys; lane (g, q) of warp w gets
-// the sums of keys 16w+g (lo) and 16w+g+8 (hi), reduced over the quad. `b_descriptor`: the wgmma
-// descriptor of the row's queries in shared memory (head group 0, k-step 0). `overlap()` runs once
-// while the tensor cores work on the first head group (the caller issues its next loads there).
+// Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys: lane (g, q) of warp w gets
+// the sum of key 16w+g (q even) or 16w+g+8 (q odd), reduced over the quad. `b_descriptor`: the
+// wgmma descriptor of the row's queries in shared memory (head group 0, k-step 0). `overlap()` runs
+// once while the tensor cores work on the first head group (the caller issues its next loads there).
 template <class Overlap>
-__device__ __forceinline__ void row_scores(KeyRows& keys, std::uint64_t b_descriptor, const float* s_w_row, int heads,
-                                           int quad, float& sum_lo, float& sum_hi, const Overlap& overlap) {
-  sum_lo = sum_hi = 0.0f;
+__device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descriptor, const float* s_w_row, int heads,
+                                            int quad, const Overlap& overlap) {
+  float sum_lo = 0.0f, sum_hi = 0.0f;  // this lane's share of keys 16w+g and 16w+g+8
   for (int group = 0; group < heads / kHeadGroup; ++group) {
     float d[32] = {};  // never read: the first k-step does not accumulate (the compiler drops the zeros)
     ptx::wgmma_fence();
@@ -292,10 +292,13 @@ __device__ __forceinline__ void row_scores(KeyRows& keys, std::uint64_t b_descri
     sum_lo += lo_even + lo_odd;
     sum_hi += hi_even + hi_odd;
   }
-  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
-  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
-  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
-  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
+  // Two shuffles reduce both keys over the quad: after the first, even lanes hold key g's pair sum
+  // and odd lanes key g+8's; the second adds the other pair.
+  const bool odd = (quad & 1) != 0;
+  float mine = odd ? sum_hi : sum_lo;
+  mine += __shfl_xor_sync(0xffffffffu, odd ? sum_lo : sum_hi, 1);
+  mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+  return mine;
 }
 
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
@@ -425,13 +428,12 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
         const auto load_next = [&] {
           if (r == r_begin) load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
         };
-        float sum_lo, sum_hi;
-        row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim), s_w + r * p.heads, p.heads, quad,
-                   sum_lo, sum_hi, load_next);
+        const float sum = row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim),
+                                     s_w + r * p.heads, p.heads, quad, load_next);
         // Quad lanes 0 and 1 write keys 16w + g and 16w + g + 8.
         const int s = k0 + lane_key + 8 * quad;
         if (quad < 2 && s < col_end) {
-          const float value = quad == 0 ? sum_lo * scale_lo : sum_hi * scale_hi;
+          const float value = sum * (quad == 0 ? scale_lo : scale_hi);
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
