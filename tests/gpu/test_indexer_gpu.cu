@@ -105,8 +105,8 @@ TEST_P(IndexerScoresGpu, RaggedPrefillCausal) {
 
 TEST_P(IndexerScoresGpu, VisibilityEdgesAndSmallPages) {
   std::mt19937_64 rng(testing::fresh_seed());
-  // V = 0, 1, one page ± 1, exactly the width; tiles of 8 rows mixing requests; 16 entries a page.
-  const std::vector<std::vector<int>> visible = {{0, 1, 15, 16, 17}, {300}, {0}, {63, 64, 65, 128, 129}, {300, 299}};
+  // V = 0, 1, one page ± 1, exactly the width; an empty request; tiles mixing requests; 16 entries a page.
+  const std::vector<std::vector<int>> visible = {{0, 1, 15, 16, 17}, {300}, {}, {0}, {63, 64, 65, 128, 129}, {300, 299}};
   IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 16, visible, 300);
   check_scores(batch);
 }
@@ -151,6 +151,8 @@ TEST_P(IndexerScoresGpu, PageOutsideThePoolGivesNaNWithoutReadingIt) {
 }
 
 TEST_P(IndexerScoresGpu, SingleRowDecode) {
+  // B = 1, next_n = 1: tiles of one row; with a single request the chunk's whole page-table slice is
+  // read with the rows, including the wild columns past the request's pages (never dereferenced).
   std::mt19937_64 rng(testing::fresh_seed());
   const int entries = std::uniform_int_distribution<int>(15000, 20000)(rng);
   IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 64, {{entries}}, entries + 100);
