@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "cpu/indexer_testing.hpp"
@@ -104,8 +105,8 @@ TEST_P(IndexerScoresGpu, RaggedPrefillCausal) {
 
 TEST_P(IndexerScoresGpu, VisibilityEdgesAndSmallPages) {
   std::mt19937_64 rng(testing::fresh_seed());
-  // V = 0, 1, one page ± 1, exactly the width; tiles of 8 rows mixing requests; 16 entries a page.
-  const std::vector<std::vector<int>> visible = {{0, 1, 15, 16, 17}, {300}, {0}, {63, 64, 65, 128, 129}, {300, 299}};
+  // V = 0, 1, one page ± 1, exactly the width; an empty request; tiles mixing requests; 16 entries a page.
+  const std::vector<std::vector<int>> visible = {{0, 1, 15, 16, 17}, {300}, {}, {0}, {63, 64, 65, 128, 129}, {300, 299}};
   IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 16, visible, 300);
   check_scores(batch);
 }
@@ -147,6 +148,30 @@ TEST_P(IndexerScoresGpu, PageOutsideThePoolGivesNaNWithoutReadingIt) {
   } catch (const Error& e) {
     EXPECT_EQ(e.argument(), "page_table");
   }
+}
+
+TEST_P(IndexerScoresGpu, SingleRowDecode) {
+  // B = 1, next_n = 1: tiles of one row; with a single request the chunk's whole page-table slice is
+  // read with the rows, including the wild columns past the request's pages (never dereferenced).
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int entries = std::uniform_int_distribution<int>(15000, 20000)(rng);
+  IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 64, {{entries}}, entries + 100);
+  check_scores(batch);
+}
+
+TEST_P(IndexerScoresGpu, ManyRequestsFindTheirRowsByBinarySearch) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  // More requests than a CTA counts in parallel (1024), some empty, one or two rows each.
+  std::uniform_int_distribution<int> seen(0, 150), shape(0, 9);
+  std::vector<std::vector<int>> visible(1100);
+  for (auto& rows : visible) {
+    const int kind = shape(rng);
+    if (kind == 0) continue;  // an empty request
+    rows.push_back(seen(rng));
+    if (kind < 3) rows.push_back(rows.back() + 1);
+  }
+  IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 16, visible, 160, 0);
+  check_scores(batch);
 }
 
 TEST_P(IndexerScoresGpu, SanitizeSmallDecodeAndPrefill) {

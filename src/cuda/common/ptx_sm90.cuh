@@ -27,6 +27,14 @@ __device__ __forceinline__ std::uint64_t sw128_descriptor(const void* smem) {
   return sw128_descriptor(smem, 16, kSwizzleAtomBytes);
 }
 
+// The descriptor of the tile `bytes` further on (a multiple of 16 inside the same shared-memory
+// window): only the 14-bit start-address field changes, and shared addresses (< 2^18) never carry
+// out of it, so a 32-bit add on the low word suffices.
+__device__ __forceinline__ std::uint64_t advance_descriptor(std::uint64_t descriptor, int bytes) {
+  const std::uint32_t low = static_cast<std::uint32_t>(descriptor) + (static_cast<std::uint32_t>(bytes) >> 4);
+  return (descriptor & 0xffffffff00000000ull) | low;
+}
+
 // Generic-proxy writes to shared memory (st.shared, cp.async) → visible to the tensor cores' async
 // proxy. Every writing thread runs it before the barrier that hands the tile to wgmma.
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

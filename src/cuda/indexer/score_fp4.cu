@@ -4,10 +4,11 @@
 
 namespace dsv4::cuda::indexer_score {
 
-void launch_fp4(const IndexerScoreParams& p, dim3 grid, int key_chunk, std::size_t shared, cudaStream_t stream) {
+void launch_fp4(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
+                cudaStream_t stream) {
   auto* kernel = score_kernel<IndexerKeyFormat::FP4>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-  kernel<<<grid, kThreads, shared, stream>>>(p, key_chunk);
+  kernel<<<grid, kThreads, shared, stream>>>(p, shape);
 }
 
 }  // namespace dsv4::cuda::indexer_score

@@ -82,37 +82,34 @@ struct ChunkPages {
   const std::int32_t* pages;  // shared memory
   int first_page;
 
-  __device__ std::int64_t of(const IndexerScoreParams& p, int s) const {
+  __device__ int of(const IndexerScoreParams& p, int s) const {
     return pages[(s >> p.entries_per_page_log2) - first_page];
   }
 };
 
-// ---- FP8 keys: loaded straight into the wgmma A-fragment registers ----
-
-// Loads a lane's share of FP8 key row s: chunks q and q + 4 (zeros past the visible range or for a
-// page outside the pool).
-__device__ __forceinline__ void load_fp8_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                             int visible_end, int quad, uint4& lo, uint4& hi) {
-  lo = hi = make_uint4(0, 0, 0, 0);
-  if (s >= visible_end) return;
-  const std::int64_t page = pages.of(p, s);
-  if (page < 0) return;
-  const int entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* data = p.pages + page * p.page_bytes + static_cast<std::int64_t>(entry) * kDim;
-  lo = ptx::load_stream_v4(data + quad * kChunkBytes);
-  hi = ptx::load_stream_v4(data + kDim / 2 + quad * kChunkBytes);
+// The first byte of pool page `page` (≥ 0): one 32 × 32 → 64-bit multiply (the host checks that a
+// page has fewer than 2^31 bytes); offsets inside the page stay 32-bit.
+__device__ __forceinline__ const std::uint8_t* page_base(const IndexerScoreParams& p, int page) {
+  return p.pages + static_cast<std::uint64_t>(static_cast<std::uint32_t>(page)) * static_cast<std::uint32_t>(p.page_bytes);
 }
 
-// The float32 scale of FP8 key s: 0 past the visible range, NaN for a page outside the pool (the
-// score then shows the broken page table).
-__device__ __forceinline__ float fp8_key_scale(const IndexerScoreParams& p, const ChunkPages& pages, int s,
-                                               int visible_end) {
+// ---- FP8 keys: loaded straight into the wgmma A-fragment registers ----
+
+// Loads a lane's share of FP8 key row s, chunks q and q + 4, and returns the key's float32 scale.
+// Past the visible range the row reads as zeros with scale 0; on a page outside the pool as zeros
+// with scale NaN (the score then shows the broken page table). One page lookup serves both.
+__device__ __forceinline__ float load_fp8_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
+                                              int visible_end, int quad, uint4& lo, uint4& hi) {
+  lo = hi = make_uint4(0, 0, 0, 0);
   if (s >= visible_end) return 0.0f;
-  const std::int64_t page = pages.of(p, s);
+  const int page = pages.of(p, s);
   if (page < 0) return __int_as_float(0x7fc00000);
+  const std::uint8_t* base = page_base(p, page);
   const int entry = s & (p.entries_per_page - 1);
-  return __uint_as_float(ptx::load_stream_u32(p.pages + page * p.page_bytes +
-                                              static_cast<std::int64_t>(p.entries_per_page) * kDim + entry * 4));
+  const std::uint8_t* data = base + entry * kDim + quad * kChunkBytes;
+  lo = ptx::load_stream_v4(data);
+  hi = ptx::load_stream_v4(data + kDim / 2);
+  return __uint_as_float(ptx::load_stream_u32(base + p.entries_per_page * kDim + entry * 4));
 }
 
 // ---- FP4 keys: loaded packed, widened only when their step is consumed ----
@@ -137,16 +134,16 @@ __device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, c
   PackedRow row{};
   row.state = RowState::kPastVisible;
   if (s >= visible_end) return row;
-  const std::int64_t page = pages.of(p, s);
+  const int page = pages.of(p, s);
   row.state = RowState::kOutsidePool;
   if (page < 0) return row;
   row.state = RowState::kLoaded;
-  const std::int64_t entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* base = p.pages + page * p.page_bytes;
-  const std::uint8_t* data = base + entry * kRowBytes;
-  row.lo = ptx::load_stream_v2(data + quad * (kChunkBytes / 2));
-  row.hi = ptx::load_stream_v2(data + kRowBytes / 2 + quad * (kChunkBytes / 2));
-  row.scales = ptx::load_stream_u32(base + static_cast<std::int64_t>(p.entries_per_page) * kRowBytes + entry * 4);
+  const int entry = s & (p.entries_per_page - 1);
+  const std::uint8_t* base = page_base(p, page);
+  const std::uint8_t* data = base + entry * kRowBytes + quad * (kChunkBytes / 2);
+  row.lo = ptx::load_stream_v2(data);
+  row.hi = ptx::load_stream_v2(data + kRowBytes / 2);
+  row.scales = ptx::load_stream_u32(base + p.entries_per_page * kRowBytes + entry * 4);
   return row;
 }
 
@@ -186,10 +183,8 @@ __device__ __forceinline__ void load_step(const IndexerScoreParams& p, const Chu
                                           int visible_end, int g, int quad, LoadedStep<kFormat>& step) {
   const int s = k0 + g;
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
-    load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
-    load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
-    step.scale_lo = fp8_key_scale(p, pages, s, visible_end);
-    step.scale_hi = fp8_key_scale(p, pages, s + 8, visible_end);
+    step.scale_lo = load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
+    step.scale_hi = load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
   } else {
     step.g = load_fp4_row(p, pages, s, visible_end, quad);
     step.g8 = load_fp4_row(p, pages, s + 8, visible_end, quad);
@@ -258,94 +253,161 @@ __device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys; lane (g, q) of warp w gets
-// the sums of keys 16w+g (lo) and 16w+g+8 (hi), reduced over the quad.
-__device__ __forceinline__ void row_scores(KeyRows& keys, const std::uint8_t* s_q_row, const float* s_w_row,
-                                           int heads, int quad, float& sum_lo, float& sum_hi) {
-  sum_lo = sum_hi = 0.0f;
+// Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys: lane (g, q) of warp w gets
+// the sum of key 16w+g (q even) or 16w+g+8 (q odd), reduced over the quad. `b_descriptor`: the
+// wgmma descriptor of the row's queries in shared memory (head group 0, k-step 0). `overlap()` runs
+// once while the tensor cores work on the first head group (the caller issues its next loads there).
+template <class Overlap>
+__device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descriptor, const float* s_w_row, int heads,
+                                            int quad, const Overlap& overlap) {
+  float sum_lo = 0.0f, sum_hi = 0.0f;  // this lane's share of keys 16w+g and 16w+g+8
   for (int group = 0; group < heads / kHeadGroup; ++group) {
-    const std::uint8_t* b_tile = s_q_row + group * kHeadGroup * kDim;  // 1024-byte aligned
-    float d[32] = {};
+    float d[32] = {};  // never read: the first k-step does not accumulate (the compiler drops the zeros)
     ptx::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kKSteps; ++j) {
       const uint4& g_chunk = j < 2 ? keys.lo_g : keys.hi_g;
       const uint4& g8_chunk = j < 2 ? keys.lo_g8 : keys.hi_g8;
       const int w0 = 2 * (j % 2);
-      ptx::wgmma_m64n64k32_e4m3_rs(d, word_of(g_chunk, w0), word_of(g8_chunk, w0), word_of(g_chunk, w0 + 1),
-                                   word_of(g8_chunk, w0 + 1), ptx::sw128_descriptor(b_tile + 32 * j), j > 0);
+      ptx::wgmma_m64n64k32_e4m3_rs(
+          d, word_of(g_chunk, w0), word_of(g8_chunk, w0), word_of(g_chunk, w0 + 1), word_of(g8_chunk, w0 + 1),
+          ptx::advance_descriptor(b_descriptor, group * kHeadGroup * kDim + 32 * j), j > 0);
     }
     ptx::wgmma_commit();
+    if (group == 0) overlap();
     ptx::wgmma_wait_all();
 #pragma unroll
     for (int i = 0; i < 32; ++i) ptx::fence_operand(d[i]);
+    // ReLU · w with two partial sums per key: dependent FMA chains of 8, no separate products.
     const float* w = s_w_row + group * kHeadGroup + 2 * quad;
+    float lo_even = 0.0f, lo_odd = 0.0f, hi_even = 0.0f, hi_odd = 0.0f;
 #pragma unroll
     for (int n = 0; n < kHeadGroup / 8; ++n) {
       const float2 wn = *reinterpret_cast<const float2*>(w + 8 * n);
-      sum_lo += fmaxf(d[4 * n], 0.0f) * wn.x + fmaxf(d[4 * n + 1], 0.0f) * wn.y;
-      sum_hi += fmaxf(d[4 * n + 2], 0.0f) * wn.x + fmaxf(d[4 * n + 3], 0.0f) * wn.y;
+      lo_even = fmaf(fmaxf(d[4 * n], 0.0f), wn.x, lo_even);
+      lo_odd = fmaf(fmaxf(d[4 * n + 1], 0.0f), wn.y, lo_odd);
+      hi_even = fmaf(fmaxf(d[4 * n + 2], 0.0f), wn.x, hi_even);
+      hi_odd = fmaf(fmaxf(d[4 * n + 3], 0.0f), wn.y, hi_odd);
     }
+    sum_lo += lo_even + lo_odd;
+    sum_hi += hi_even + hi_odd;
   }
-  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
-  sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
-  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
-  sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
+  // Two shuffles reduce both keys over the quad: after the first, even lanes hold key g's pair sum
+  // and odd lanes key g+8's; the second adds the other pair.
+  const bool odd = (quad & 1) != 0;
+  float mine = odd ? sum_hi : sum_lo;
+  mine += __shfl_xor_sync(0xffffffffu, odd ? sum_lo : sum_hi, 1);
+  mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+  return mine;
 }
 
-// scores [num_rows, num_cols]; grid (ceil(num_rows / 8), ceil(num_cols / key_chunk)).
+// scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
 template <IndexerKeyFormat kFormat>
-__global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const int key_chunk) {
+__global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
-  std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;   // [8][heads][128], swizzled
-  float* s_w = reinterpret_cast<float*>(s_q + query_bytes(p.heads));          // [8][heads]
-  uint2* s_tables = reinterpret_cast<uint2*>(s_w + kRowsPerTile * p.heads);    // [kExponentTables]
+  std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
+  float* s_w = reinterpret_cast<float*>(s_q + query_bytes(p.heads, shape.tile_rows));     // [tile_rows][heads]
+  uint2* s_tables = reinterpret_cast<uint2*>(s_q + tables_offset(p.heads, shape.tile_rows));  // [kExponentTables]
   __shared__ int s_visible[kRowsPerTile];
-  __shared__ int s_request[kRowsPerTile];
+  __shared__ int s_request_part[kWarps][kRowsPerTile];  // the request of row r is Σ_w s_request_part[w][r]
   __shared__ std::int32_t s_pages[kMaxKeyChunk / kMinEntriesPerPage + 1];  // the chunk's pages, per segment
 
-  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerTile;
-  const int rows = static_cast<int>(min(static_cast<std::int64_t>(kRowsPerTile), p.num_rows - row0));
-  const int col0 = static_cast<int>(blockIdx.y) * key_chunk;
-  const int col_end = min(col0 + key_chunk, p.num_cols);
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * shape.tile_rows;
+  const int rows = static_cast<int>(min(static_cast<std::int64_t>(shape.tile_rows), p.num_rows - row0));
+  const int col0 = static_cast<int>(blockIdx.y) * shape.key_chunk;
+  const int col_end = min(col0 + shape.key_chunk, p.num_cols);
   const int warpgroup = threadIdx.x / 128;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int cta_warp = threadIdx.x / 32, warp = cta_warp % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, quad = lane % 4;
+  const int log2_epp = p.entries_per_page_log2;
 
-  if (threadIdx.x < rows) {
-    s_visible[threadIdx.x] = min(max(p.visible[row0 + threadIdx.x], 0), p.num_cols);
-    s_request[threadIdx.x] = request_of_row(p.query_start, p.num_requests, row0 + threadIdx.x);
-  }
   if constexpr (kFormat == IndexerKeyFormat::FP4) {
     if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_widening_table(threadIdx.x);
     __syncthreads();
   }
+
+  // The tile's bookkeeping and queries take one memory round trip: every load below is issued before
+  // any result is used (each thread keeps its values in registers until after the query staging).
+  // V_t of the tile's rows, by threads away from the first ones (those stage queries).
+  const int row_thread = static_cast<int>(threadIdx.x) - kThreads / 2;
+  const bool loads_visible = row_thread >= 0 && row_thread < rows;
+  const int visible_value = loads_visible ? p.visible[row0 + row_thread] : 0;
+  // Row t belongs to request #{j in 1..B−1 : query_start[j] ≤ t} (query_start is non-decreasing):
+  // counted over the whole CTA, or binary-searched when there are too many requests.
+  const bool count_starts = p.num_requests <= kMaxCountedRequests;
+  int starts[kStartsPerThread];
+#pragma unroll
+  for (int i = 0; i < kStartsPerThread; ++i) {
+    const int j = 1 + static_cast<int>(threadIdx.x) + i * kThreads;
+    starts[i] = count_starts && j < p.num_requests ? p.query_start[j] : 0x7fffffff;
+  }
+  // With a single request every row's request is known, so the chunk's page-table slice is fetched
+  // now, whole (V_t is not known yet; entries past it are bounded but never used).
+  const bool single_request = p.num_requests == 1;
+  const ChunkPages pages{s_pages, col0 >> log2_epp};
+  constexpr int kEarlyPages = (kMaxKeyChunk / kMinEntriesPerPage + 1 + kThreads - 1) / kThreads;
+  const int last_chunk_page = (col_end - 1) >> log2_epp;
+  std::int32_t early_pages[kEarlyPages];
+#pragma unroll
+  for (int i = 0; i < kEarlyPages; ++i) {  // from the last thread down: the first ones stage queries
+    const int page = pages.first_page + (kThreads - 1 - static_cast<int>(threadIdx.x)) + i * kThreads;
+    early_pages[i] = single_request && page <= last_chunk_page && page < p.max_pages ? p.page_table[page] : -1;
+  }
   stage_queries<kFormat>(p, row0, rows, s_q, s_w, s_tables);
+#pragma unroll
+  for (int r = 0; r < kRowsPerTile; ++r) {
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kStartsPerThread; ++i) count += starts[i] <= row0 + r ? 1 : 0;
+    count = __reduce_add_sync(0xffffffffu, count);
+    if (lane == 0) s_request_part[cta_warp][r] = count;
+  }
+  if (!count_starts && cta_warp == 0) {  // warp 0's parts are 0 then; its lane r holds row r's request
+    __syncwarp();
+    if (lane < rows) s_request_part[0][lane] = request_of_row(p.query_start, p.num_requests, row0 + lane);
+  }
+  if (loads_visible) s_visible[row_thread] = min(max(visible_value, 0), p.num_cols);
+#pragma unroll
+  for (int i = 0; i < kEarlyPages; ++i) {
+    const int page = pages.first_page + (kThreads - 1 - static_cast<int>(threadIdx.x)) + i * kThreads;
+    if (single_request && page <= last_chunk_page)
+      s_pages[page - pages.first_page] = early_pages[i] >= 0 && early_pages[i] < p.num_pages ? early_pages[i] : -1;
+  }
   __syncthreads();
 
+  const auto request_of_tile_row = [&](int r) {
+    int request = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) request += s_request_part[w][r];
+    return request;
+  };
   const float neg_inf = -INFINITY;
+  const std::uint64_t q_descriptor = ptx::sw128_descriptor(s_q);  // row r: + r·heads·128 bytes
+  const int lane_key = 16 * warp + g;
   // Rows of one request share their keys; a tile spanning requests handles them one after another.
   for (int r_begin = 0; r_begin < rows;) {
-    const int request = s_request[r_begin];
+    const int request = request_of_tile_row(r_begin);
     int r_end = r_begin + 1, visible_end = s_visible[r_begin];
-    while (r_end < rows && s_request[r_end] == request) visible_end = max(visible_end, s_visible[r_end++]);
-    const std::int32_t* page_row = p.page_table + static_cast<std::int64_t>(request) * p.max_pages;
+    while (r_end < rows && request_of_tile_row(r_end) == request) visible_end = max(visible_end, s_visible[r_end++]);
     const int key_end = min(visible_end, col_end);  // keys this CTA loads for the segment
-    const ChunkPages pages{s_pages, col0 >> p.entries_per_page_log2};
-    __syncthreads();  // the previous segment is done with s_pages
-    if (key_end > col0) {
-      const int last_page = (key_end - 1) >> p.entries_per_page_log2;
-      for (int i = pages.first_page + threadIdx.x; i <= last_page; i += kThreads) {
-        const std::int64_t page = i < p.max_pages ? page_row[i] : -1;
-        s_pages[i - pages.first_page] = page >= 0 && page < p.num_pages ? static_cast<std::int32_t>(page) : -1;
+    if (!single_request) {
+      const std::int32_t* page_row = p.page_table + static_cast<std::int64_t>(request) * p.max_pages;
+      __syncthreads();  // the previous segment is done with s_pages
+      if (key_end > col0) {
+        const int last_page = (key_end - 1) >> log2_epp;
+        for (int i = pages.first_page + threadIdx.x; i <= last_page; i += kThreads) {
+          const std::int64_t page = i < p.max_pages ? page_row[i] : -1;
+          s_pages[i - pages.first_page] = page >= 0 && page < p.num_pages ? static_cast<std::int32_t>(page) : -1;
+        }
       }
+      __syncthreads();
     }
-    __syncthreads();
 
-    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
+    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
+    // loaded one step ahead: its loads are issued while the previous step is computed and stay in
+    // flight meanwhile (FP4 keys stay packed until their own step widens them).
     const int first = col0 + warpgroup * kKeysPerStep;
-    const int lane_key = 16 * warp + g;
     LoadedStep<kFormat> loaded;
     load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
@@ -357,20 +419,21 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
         }
         continue;
       }
-      // This step was loaded one step ago; the next step's loads are issued before this one is
-      // widened (FP4) and computed, and stay in flight meanwhile.
-      LoadedStep<kFormat> next;
-      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
       KeyRows keys;
       float scale_lo, scale_hi;
       ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
+      // The next step's loads are issued while the tensor cores compute the first row's products.
+      LoadedStep<kFormat> next;
       for (int r = r_begin; r < r_end; ++r) {
-        float sum_lo, sum_hi;
-        row_scores(keys, s_q + r * p.heads * kDim, s_w + r * p.heads, p.heads, quad, sum_lo, sum_hi);
+        const auto load_next = [&] {
+          if (r == r_begin) load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+        };
+        const float sum = row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim),
+                                     s_w + r * p.heads, p.heads, quad, load_next);
         // Quad lanes 0 and 1 write keys 16w + g and 16w + g + 8.
         const int s = k0 + lane_key + 8 * quad;
         if (quad < 2 && s < col_end) {
-          const float value = quad == 0 ? sum_lo * scale_lo : sum_hi * scale_hi;
+          const float value = sum * (quad == 0 ? scale_lo : scale_hi);
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }

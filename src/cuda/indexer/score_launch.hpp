@@ -5,11 +5,14 @@
 #include <cuda_runtime.h>
 
 #include "cuda/indexer/params.hpp"
+#include "cuda/indexer/score_config.hpp"
 
 namespace dsv4::cuda::indexer_score {
 
-// grid (row tiles, key chunks), dynamic shared memory `shared`, `key_chunk` columns per CTA.
-void launch_fp8(const IndexerScoreParams& p, dim3 grid, int key_chunk, std::size_t shared, cudaStream_t stream);
-void launch_fp4(const IndexerScoreParams& p, dim3 grid, int key_chunk, std::size_t shared, cudaStream_t stream);
+// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`.
+void launch_fp8(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
+                cudaStream_t stream);
+void launch_fp4(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
+                cudaStream_t stream);
 
 }  // namespace dsv4::cuda::indexer_score
