@@ -4,11 +4,6 @@
 
 namespace dsv4::cuda::indexer_score {
 
-void launch_fp8(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
-                cudaStream_t stream) {
-  auto* kernel = score_kernel<IndexerKeyFormat::FP8>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-  kernel<<<grid, kThreads, shared, stream>>>(p, shape);
-}
+DSV4_INSTANTIATE_SCORE_LAUNCH(IndexerKeyFormat::FP8)
 
 }  // namespace dsv4::cuda::indexer_score

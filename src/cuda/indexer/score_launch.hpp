@@ -1,5 +1,5 @@
-// src/cuda/indexer/score_launch.hpp — one launch function per key format (score_fp8.cu, score_fp4.cu),
-// so each instantiation of the score kernel compiles in its own translation unit.
+// src/cuda/indexer/score_launch.hpp — the score kernel's launch, one explicit instantiation per key
+// format (score_fp8.cu, score_fp4.cu), so each kernel compiles in its own translation unit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,9 +10,17 @@
 namespace dsv4::cuda::indexer_score {
 
 // grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`.
-void launch_fp8(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
-                cudaStream_t stream);
-void launch_fp4(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
-                cudaStream_t stream);
+template <IndexerKeyFormat kFormat>
+void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared, cudaStream_t stream);
+
+// The body, for the two instantiating translation units (they include score_kernel.cuh first).
+#define DSV4_INSTANTIATE_SCORE_LAUNCH(FORMAT)                                                                 \
+  template <>                                                                                               \
+  void launch<FORMAT>(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,  \
+                      cudaStream_t stream) {                                                                \
+    auto* kernel = score_kernel<FORMAT>;                                                                    \
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));    \
+    kernel<<<grid, kThreads, shared, stream>>>(p, shape);                                                   \
+  }
 
 }  // namespace dsv4::cuda::indexer_score
