@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -130,5 +131,22 @@ class Report {
   std::string name_, out_dir_;
   std::vector<nlohmann::json> records_;
 };
+
+// What every bench's main starts with: `bench_X RESULTS_DIR [name-part...]` parsed (usage printed when
+// the directory is missing), the report, and the card's copy bandwidth measured in this same run.
+struct Session {
+  Report report;
+  CaseFilter filter;
+  double copy_gbs;
+};
+inline std::optional<Session> start_session(const std::string& bench_name, int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s RESULTS_DIR [name-part[,name-part...]...]\n", argv[0]);
+    return std::nullopt;
+  }
+  Session session{Report(bench_name, argv[1]), CaseFilter(argc, argv, 2), copy_bandwidth_gbs()};
+  std::printf("copy bandwidth %.0f GB/s (read + write)\n", session.copy_gbs);
+  return session;
+}
 
 }  // namespace dsv4::bench

@@ -350,14 +350,9 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s RESULTS_DIR [FILTER,...]\n", argv[0]);
-    return 2;
-  }
-  const bench::CaseFilter filter(argc, argv, 2);
-  const double copy_gbs = bench::copy_bandwidth_gbs();
-  std::printf("copy bandwidth: %.1f GB/s\n", copy_gbs);
-  bench::Report report("bench_compressor", argv[1]);
+  std::optional<bench::Session> session = bench::start_session("bench_compressor", argc, argv);
+  if (!session) return 2;
+  auto& [report, filter, copy_gbs] = *session;
   std::map<std::string, Prefill8K> first_8k;
   for (const Kind& kind : kKinds) {
     const auto prefill_wanted = [&](std::int64_t tokens) {

@@ -319,14 +319,9 @@ void run_query_prep(bench::Report& report, IndexerKeyFormat format, std::int64_t
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <out_dir> [name-part...]\n", argv[0]);
-    return 2;
-  }
-  bench::Report report("bench_indexer", argv[1]);
-  const bench::CaseFilter filter(argc, argv, 2);
-  const double copy_gbs = bench::copy_bandwidth_gbs();
-  std::printf("copy bandwidth %.0f GB/s\n", copy_gbs);
+  std::optional<bench::Session> session = bench::start_session("bench_indexer", argc, argv);
+  if (!session) return 2;
+  auto& [report, filter, copy_gbs] = *session;
   for (IndexerKeyFormat f : {IndexerKeyFormat::FP8, IndexerKeyFormat::FP4}) {
     std::vector<DecodeCase> cases;
     for (int batch : {1, 32, 128})

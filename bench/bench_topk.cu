@@ -114,13 +114,9 @@ void run_case(bench::Report& report, int batch, std::int64_t n, int k, double co
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s <out_dir> [name-part...]\n", argv[0]);
-    return 2;
-  }
-  bench::Report report("bench_topk", argv[1]);
-  const bench::CaseFilter filter(argc, argv, 2);
-  const double copy_gbs = bench::copy_bandwidth_gbs();
+  std::optional<bench::Session> session = bench::start_session("bench_topk", argc, argv);
+  if (!session) return 2;
+  auto& [report, filter, copy_gbs] = *session;
   const auto run = [&](int batch, std::int64_t n, int k) {
     const std::string name = case_name(batch, n, k);
     if (filter.wants(name)) run_case(report, batch, n, k, copy_gbs);
