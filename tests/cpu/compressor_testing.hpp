@@ -48,6 +48,20 @@ struct SpecCase {
 inline std::string spec_case_name(const ::testing::TestParamInfo<SpecCase>& info) { return info.param.name; }
 inline CompressorSpec spec_of(const SpecCase& c) { return make_spec(c.ratio, c.overlap, c.output, c.online); }
 
+// The model's compressors plus other ratios (nothing may hard-wire 4 or 128); suites add their own.
+inline std::vector<SpecCase> model_and_other_ratio_cases() {
+  return {
+      {"C4Attention", 4, true, EntryKind::Attention, false},
+      {"C4IndexerFP8", 4, true, EntryKind::IndexerFP8, false},
+      {"C4IndexerFP4", 4, true, EntryKind::IndexerFP4, false},
+      {"C128", 128, false, EntryKind::Attention, false},
+      {"C128Online", 128, false, EntryKind::Attention, true},
+      {"C2OverlapFP8", 2, true, EntryKind::IndexerFP8, false},
+      {"C1Attention", 1, false, EntryKind::Attention, false},
+      {"C8OnlineFP4", 8, false, EntryKind::IndexerFP4, true},
+  };
+}
+
 // One request's inputs: T rows of kv and score (score without ape), ape and norm, random.
 struct Stream {
   std::int64_t tokens = 0;

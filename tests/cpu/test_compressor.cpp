@@ -13,17 +13,7 @@ using namespace compressor_testing;
 
 using Case = SpecCase;
 
-// The model's compressors plus other ratios (nothing may hard-wire 4 or 128).
-const Case kCases[] = {
-    {"C4Attention", 4, true, EntryKind::Attention, false},
-    {"C4IndexerFP8", 4, true, EntryKind::IndexerFP8, false},
-    {"C4IndexerFP4", 4, true, EntryKind::IndexerFP4, false},
-    {"C128", 128, false, EntryKind::Attention, false},
-    {"C128Online", 128, false, EntryKind::Attention, true},
-    {"C2OverlapFP8", 2, true, EntryKind::IndexerFP8, false},
-    {"C1Attention", 1, false, EntryKind::Attention, false},
-    {"C8OnlineFP4", 8, false, EntryKind::IndexerFP4, true},
-};
+const std::vector<Case> kCases = model_and_other_ratio_cases();
 
 class CompressorCases : public ::testing::TestWithParam<Case> {};
 

@@ -29,21 +29,15 @@ using namespace compressor_testing;
 
 using Case = SpecCase;
 
-// The model's compressors (attention width 512, indexer width 128), the indexer-width variants of
-// the long-window kernels, and other ratios (nothing hard-wires 4 or 128).
-const Case kCases[] = {
-    {"C4Attention", 4, true, EntryKind::Attention, false},
-    {"C4IndexerFP8", 4, true, EntryKind::IndexerFP8, false},
-    {"C4IndexerFP4", 4, true, EntryKind::IndexerFP4, false},
-    {"C128", 128, false, EntryKind::Attention, false},
-    {"C128Online", 128, false, EntryKind::Attention, true},
-    {"C128IndexerFP8", 128, false, EntryKind::IndexerFP8, false},
-    {"C128OnlineIndexerFP4", 128, false, EntryKind::IndexerFP4, true},
-    {"C2OverlapFP8", 2, true, EntryKind::IndexerFP8, false},
-    {"C1Attention", 1, false, EntryKind::Attention, false},
-    {"C8OnlineFP4", 8, false, EntryKind::IndexerFP4, true},
-    {"C16Overlap", 16, true, EntryKind::Attention, false},
-};
+// The shared cases plus the indexer-width variants of the long-window kernels and one more overlap ratio.
+std::vector<Case> gpu_cases() {
+  std::vector<Case> cases = model_and_other_ratio_cases();
+  cases.push_back({"C128IndexerFP8", 128, false, EntryKind::IndexerFP8, false});
+  cases.push_back({"C128OnlineIndexerFP4", 128, false, EntryKind::IndexerFP4, true});
+  cases.push_back({"C16Overlap", 16, true, EntryKind::Attention, false});
+  return cases;
+}
+const std::vector<Case> kCases = gpu_cases();
 
 class CompressorGpu : public ::testing::TestWithParam<Case> {
  protected:
