@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -131,6 +132,17 @@ class Report {
   std::string name_, out_dir_;
   std::vector<nlohmann::json> records_;
 };
+
+#if defined(__CUDACC__)
+// Deterministic random bits for the benches' fill kernels: splitmix64 of (seed, index).
+__device__ inline std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+__device__ inline std::uint32_t hash32(std::uint64_t x) { return static_cast<std::uint32_t>(mix64(x) >> 32); }
+#endif
 
 // What every bench's main starts with: `bench_X RESULTS_DIR [name-part...]` parsed (usage printed when
 // the directory is missing), the report, and the card's copy bandwidth measured in this same run.

@@ -75,18 +75,11 @@ CompressorSpec spec_of(const Kind& k) {
 
 // ---- deterministic device data ---------------------------------------------------------------------
 
-__device__ std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // out[i] uniform in [lo, hi), a function of (seed, i) only.
 __global__ void fill_uniform(float* out, std::int64_t n, std::uint64_t seed, float lo, float hi) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float u = static_cast<float>(mix(seed ^ static_cast<std::uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
+    const float u = static_cast<float>(bench::mix64(seed ^ static_cast<std::uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
     out[i] = lo + (hi - lo) * u;
   }
 }

@@ -29,15 +29,6 @@ using bench::check_cuda;
 constexpr int kHeads = 64, kDim = 128, kEntriesPerPage = 64;
 constexpr double kFp8TensorCeiling = 1432.0;  // TFLOP/s, ANCHORS.md (torch._scaled_mm 8192³ on this card)
 
-__device__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<std::uint32_t>(x);
-}
-
 // Random entries in an indexer page pool: e4m3 bytes that are not NaN, or any e2m1 pair; FP8 scales
 // in [1e-3, 1e-2); ue8m0 bytes in [120, 127].
 __global__ void fill_pages(std::uint8_t* pages, std::int64_t num_pages, IndexerEntryFormat fmt, int epp,
@@ -47,7 +38,7 @@ __global__ void fill_pages(std::uint8_t* pages, std::int64_t num_pages, IndexerE
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < num_pages * page_bytes;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t in_page = i % page_bytes;
-    const std::uint32_t h = hash32(seed + static_cast<std::uint64_t>(i));
+    const std::uint32_t h = bench::hash32(seed + static_cast<std::uint64_t>(i));
     if (in_page < data_end) {
       std::uint8_t b = static_cast<std::uint8_t>(h);
       if (fmt.format == IndexerKeyFormat::FP8 && (b & 0x7f) == 0x7f) b ^= 1;
@@ -67,7 +58,7 @@ __global__ void fill_pages(std::uint8_t* pages, std::int64_t num_pages, IndexerE
 __global__ void fill_codes(std::uint8_t* x, std::int64_t n, bool fp8, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint8_t b = static_cast<std::uint8_t>(hash32(seed + static_cast<std::uint64_t>(i)));
+    std::uint8_t b = static_cast<std::uint8_t>(bench::hash32(seed + static_cast<std::uint64_t>(i)));
     if (fp8 && (b & 0x7f) == 0x7f) b ^= 1;
     x[i] = b;
   }
@@ -76,13 +67,13 @@ __global__ void fill_codes(std::uint8_t* x, std::int64_t n, bool fp8, std::uint6
 __global__ void fill_floats(float* x, std::int64_t n, float lo, float hi, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    x[i] = lo + (hi - lo) * static_cast<float>(hash32(seed + static_cast<std::uint64_t>(i)) % 1000000) / 1e6f;
+    x[i] = lo + (hi - lo) * static_cast<float>(bench::hash32(seed + static_cast<std::uint64_t>(i)) % 1000000) / 1e6f;
 }
 
 __global__ void fill_query_scales(std::uint8_t* x, std::int64_t n, bool fp8, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::uint32_t h = hash32(seed + static_cast<std::uint64_t>(i));
+    const std::uint32_t h = bench::hash32(seed + static_cast<std::uint64_t>(i));
     if (fp8) reinterpret_cast<float*>(x)[i] = 1e-3f + 9e-3f * static_cast<float>(h % 1000) / 1000.0f;
     else x[i] = static_cast<std::uint8_t>(120 + h % 8);
   }

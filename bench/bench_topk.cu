@@ -25,22 +25,13 @@ using bench::check_cuda;
 
 constexpr int kEntriesPerPage = 64;
 
-__device__ std::uint32_t hash32(std::uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return static_cast<std::uint32_t>(x);
-}
-
 // Approximately normal scores (sum of four uniforms, centred), as the indexer's head sums look.
 __global__ void fill_scores(float* x, std::int64_t n, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
     for (int j = 0; j < 4; ++j)
-      s += static_cast<float>(hash32(seed + 4 * static_cast<std::uint64_t>(i) + j) & 0xffffff) / 16777216.0f;
+      s += static_cast<float>(bench::hash32(seed + 4 * static_cast<std::uint64_t>(i) + j) & 0xffffff) / 16777216.0f;
     x[i] = s - 2.0f;
   }
 }
