@@ -4,8 +4,9 @@
 // blocks of 64 candidates. Shared memory holds Q [64 heads][512] and two K tiles [64 candidates][512],
 // bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized:
 //   producer (warpgroup 2, few registers): per block, waits until its K tile is free, loads the 64
-//     entries (16-byte loads into registers, the block two ahead prefetched into L2), decodes them
-//     exactly (dequant.cuh) into the tile and hands it over (named barriers "full" / "empty").
+//     entries (16-byte loads into registers one 32-candidate pass ahead of the decode, the block two
+//     ahead prefetched into L2), decodes them exactly and branch-free (dequant.cuh) into the tile and
+//     hands it over (named barriers "full" / "empty").
 //   consumers (warpgroups 0 and 1, 128 f32 accumulators of O each): per block,
 //     S = Q·Kᵀ   wgmma m64n32k16 from shared memory: consumer c scores candidates [32c, 32c + 32)
 //                of all 64 heads (32 k-steps over the 512 dims);
@@ -14,6 +15,11 @@
 //                it to the other (a second barrier): both then hold the same P for all 64 candidates;
 //     O += P·V   wgmma m64n256k16, A = P from registers, B = the K tile read N-major (V = K);
 //                consumer c owns output dims [256c, 256c + 256).
+//   Dim split (small grids, launch.cu): kDimSplit blocks share one (row, head tile, chunk); each
+//   runs the same producer, S and softmax (same instructions on the same data, so the same bits) and
+//   the P·V of its own 512 / kDimSplit output dims (m64n128k16 / m64n64k16 per consumer), then
+//   finishes or merges that slice. The merge weights, lse and probabilities are computed identically
+//   in every part, so the bytes do not depend on kDimSplit.
 //   Each consumer sums the probabilities of its own 32 candidates; the two running sums (rescaled
 //   identically) are added in a fixed order at the end.
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
@@ -35,14 +41,13 @@ struct WgmmaPlan {
   static constexpr int kConsumerThreads = 128 * kConsumers;          // threads 0 .. 255
   static constexpr int kProducerThreads = 128;                       // threads 256 .. 383
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kDimsPerConsumer = kDim / kConsumers;         // 256 output dims (wgmma N)
   static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
   // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
   // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
   // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static constexpr int kConsumerRegisters = 192;
-  static constexpr int kProducerRegisters = 120;
+  static constexpr int kConsumerRegisters = 184;
+  static constexpr int kProducerRegisters = 136;
   static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
                 "the registers the producer releases cover what the consumers ask for");
   // Named barriers (0 is __syncthreads).
@@ -83,7 +88,7 @@ __device__ __forceinline__ int tile_offset(int r, int d) {
 }
 
 // A producer thread's share of one candidate entry, as loaded (the RoPE pieces are loaded when
-// stored: fewer registers in flight).
+// stored, their latency under the decode of the codes: fewer registers in flight).
 struct EntryShare {
   const std::uint8_t* data;  // the entry's 576 data bytes, or null for a masked candidate
   uint4 piece[WgmmaPlan::kCodePiecesPerThread];  // 16-byte pieces sub + 4i (e4m3 codes)
@@ -115,6 +120,7 @@ __device__ __forceinline__ void load_entry_codes(const SparseAttentionParams& p,
 // Decodes a loaded share into K tile `tile` (candidate row e): code piece k = sub + 4i holds dims
 // [16k, 16k + 16) with scale byte i. Then loads and copies the RoPE pieces j = sub + 4i' (bf16 dims
 // 448 + 8j .. + 8); zeros for a masked candidate.
+template <bool kBranchFree = true>
 __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index) {
   constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
   constexpr int kRopePieces = WgmmaPlan::kPiecesPerThread - WgmmaPlan::kCodePiecesPerThread;
@@ -128,7 +134,7 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
   for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i) {
     const std::uint32_t scale = ((i < 4 ? share.scales.x : share.scales.y) >> (8 * (i % 4))) & 0xffu;
     uint4 lo, hi;
-    dequantize_e4m3x16(share.piece[i], scale, lo, hi);
+    dequantize_e4m3x16<kBranchFree>(share.piece[i], scale, lo, hi);
     const int d = 16 * (sub + kSplit * i);
     *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
     *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
@@ -139,36 +145,77 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
 }
 
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
-// that used it before (it − 2).
+// that used it before (it − 2). Each thread's share of a block is two passes (32 candidates each);
+// the loads run one pass ahead of the decode (pass 1 of block it during the decode of its pass 0,
+// pass 0 of block it + 1 during the decode of its pass 1), so a load's latency overlaps a pass of
+// decoding instead of adding to it, with the registers of two passes as before.
+// MEASUREMENT ONLY (removed after the H200 run): kLookahead = false is the previous producer (both
+// passes loaded at the top of a block, branching decode).
+template <bool kLookahead = true>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k) {
   using W = WgmmaPlan;
+  if constexpr (!kLookahead) {
+    const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
+    for (int it = 0; it < num_live; ++it) {
+      const int stage = it % 2;
+      std::uint8_t* tile = s_k + stage * W::kTileBytes;
+      if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
+      EntryShare share[W::kPasses];
+#pragma unroll
+      for (int pass = 0; pass < W::kPasses; ++pass)
+        load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
+      if (it >= 2) {
+        ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
+        ptx::fence_proxy_async_shared();
+      }
+#pragma unroll
+      for (int pass = 0; pass < W::kPasses; ++pass)
+        store_entry_share<false>(share[pass], tile, pass * W::kProducerThreads + ptid);
+      ptx::fence_proxy_async_shared();
+      ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
+    }
+    return;
+  }
+  static_assert(W::kPasses == 2, "the pipeline below alternates two passes");
   const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
+  EntryShare first_pass;  // pass 0 of the block being produced, loaded one pass early
+  if (num_live > 0) load_entry_codes(p, s_slots, work.chunk_begin, s_live[0], ptid, first_pass);
   for (int it = 0; it < num_live; ++it) {
     const int stage = it % 2;
     std::uint8_t* tile = s_k + stage * W::kTileBytes;
     if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
-    EntryShare share[W::kPasses];
-#pragma unroll
-    for (int pass = 0; pass < W::kPasses; ++pass)
-      load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
     if (it >= 2) {
       ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
       ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
     }
-#pragma unroll
-    for (int pass = 0; pass < W::kPasses; ++pass) store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
+    EntryShare second_pass;
+    load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], W::kProducerThreads + ptid, second_pass);
+    store_entry_share(first_pass, tile, ptid);
+    if (it + 1 < num_live) load_entry_codes(p, s_slots, work.chunk_begin, s_live[it + 1], ptid, first_pass);
+    store_entry_share(second_pass, tile, W::kProducerThreads + ptid);
     ptx::fence_proxy_async_shared();
     ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
   }
 }
 
-// A template only so that the three instantiation units can include it (one definition each).
-template <int kHeadTile>
+// O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
+template <int kN>
+__device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32_t* a, std::uint64_t v_descriptor) {
+  if constexpr (kN == 256) ptx::wgmma_m64n256k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+  else if constexpr (kN == 128) ptx::wgmma_m64n128k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+  else ptx::wgmma_m64n64k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+}
+
+// kDimSplit (1, 2 or 4): blocks per (row, head tile, chunk), each owning 512 / kDimSplit output dims.
+template <int kHeadTile, int kDimSplit, bool kLookahead = true>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
+  static_assert(kDimSplit == 1 || kDimSplit == 2 || kDimSplit == 4, "output dims split in 1, 2 or 4");
   using W = WgmmaPlan;
+  constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
+  constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
   extern __shared__ __align__(16) std::uint8_t smem_unaligned[];
   const std::uint32_t misalignment = ptx::smem_address(smem_unaligned) % ptx::kSwizzleAtomBytes;
@@ -183,7 +230,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
 
   const int tid = threadIdx.x;
-  const ChunkWork work = chunk_of_block(p, kHeadTile);
+  const int part = static_cast<int>(blockIdx.x % kDimSplit);  // this block's slice of the output dims
+  const ChunkWork work = chunk_of_block(p, kHeadTile, blockIdx.x / kDimSplit);
   const int head0 = work.head0;
   const std::int64_t row = work.row;
 
@@ -207,7 +255,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
-    produce_tiles(p, work, s_slots, s_live, num_live, s_k);
+    produce_tiles<kLookahead>(p, work, s_slots, s_live, num_live, s_k);
     return;
   }
   ptx::registers_increase<W::kConsumerRegisters>();
@@ -218,9 +266,11 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   float run_max[2] = {-INFINITY, -INFINITY};  // heads frag_row, frag_row + 8 (the same in both consumers)
   float run_sum[2] = {0.0f, 0.0f};            // Σ P over this consumer's candidates only
-  float acc_o[W::kDimsPerConsumer / 2];  // d[4j+i]: head frag_row + 8·(i/2), dim 256·consumer + 8j + 2·quad + i%2
+  // d[4j+i]: head frag_row + 8·(i/2), dim dim_first + 8j + 2·quad + i%2
+  float acc_o[kConsumerDims / 2];
 #pragma unroll
-  for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = 0.0f;
+  for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = 0.0f;
+  const int dim_first = part * kPartDims + consumer * kConsumerDims;  // this consumer's first output dim
   const std::uint64_t q_descriptor = ptx::sw128_descriptor(s_q);
 
   for (int it = 0; it < num_live; ++it) {
@@ -306,7 +356,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     }
     if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
 #pragma unroll
-      for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+      for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
     }
     ConsumerSync{}();
 #pragma unroll
@@ -320,21 +370,20 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       ptx::fence_operand(a[f]);
     }
 
-    // O += P·V: B = this consumer's 4 slices of the K tile, N-major: 64 dims per 128-byte row (the
+    // O += P·V: B = this consumer's slices of the K tile, N-major: 64 dims per 128-byte row (the
     // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
-    const std::uint64_t v_descriptor = ptx::sw128_descriptor(
-        tile + consumer * (W::kDimsPerConsumer / 64) * W::kSliceBytes, W::kSliceBytes, ptx::kSwizzleAtomBytes);
+    const std::uint64_t v_descriptor = ptx::sw128_descriptor(tile + (dim_first / 64) * W::kSliceBytes,
+                                                             W::kSliceBytes, ptx::kSwizzleAtomBytes);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlock / 16; ++kk) {
       const std::uint64_t step = static_cast<std::uint64_t>((kk * 16 * 128) >> 4);  // 16 candidate rows
-      ptx::wgmma_m64n256k16_bf16_rs_bt(acc_o, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
-                                       v_descriptor + step, true);
+      wgmma_pv<kConsumerDims>(acc_o, a + 4 * kk, v_descriptor + step);
     }
     ptx::wgmma_commit();
     ptx::wgmma_wait_all();
 #pragma unroll
-    for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) ptx::fence_operand(acc_o[i]);
+    for (int i = 0; i < kConsumerDims / 2; ++i) ptx::fence_operand(acc_o[i]);
     if (it + 2 < num_live) ptx::barrier_arrive(W::kEmptyBarrier + stage, W::kThreads);
   }
 
@@ -351,7 +400,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   const std::int64_t out_row = row * p.num_heads;
   const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
   const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
-  const int dim0 = consumer * W::kDimsPerConsumer + 2 * quad;  // + 8j: this thread's output dim pairs
+  const int dim0 = dim_first + 2 * quad;  // + 8j: this thread's output dim pairs (RoPE pairs stay in a thread)
+  const bool writes_lse = part == 0 && consumer == 0 && quad == 0;
 
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
 #pragma unroll
@@ -361,10 +411,10 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       const float m = run_max[half], l = row_sum[half];
       const RowNormalizer n = merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
       const float weight = chunk_weight(m, n.max_safe);
-      if (consumer == 0 && quad == 0) p.lse[out_row + h] = n.lse;
+      if (writes_lse) p.lse[out_row + h] = n.lse;
       std::uint16_t* out = p.out + (out_row + h) * kDim;
 #pragma unroll
-      for (int j = 0; j < W::kDimsPerConsumer / 8; ++j) {
+      for (int j = 0; j < kConsumerDims / 8; ++j) {
         const int d = dim0 + 8 * j;
         const bool rotate = rope_cos != nullptr && d >= Entry::kNopeDim;
         const int pair = rotate ? rope_pair(d) : 0;
@@ -378,7 +428,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
 
   // Several chunks: publish this one, then the last to arrive merges all of them in order (the
-  // consumers only: the producer has left).
+  // consumers only: the producer has left). The parts of a dim split count and merge their slices
+  // apart; each writes the (identical) chunk statistics, so its merge never waits for another part.
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -387,15 +438,16 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     const std::int64_t slot = (chunk_base + work.chunk) * p.num_heads + h;
     float* out = p.partial_out + slot * kDim;
 #pragma unroll
-    for (int j = 0; j < W::kDimsPerConsumer / 8; ++j)
+    for (int j = 0; j < kConsumerDims / 8; ++j)
       *reinterpret_cast<float2*>(out + dim0 + 8 * j) = make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
     if (consumer == 0 && quad == 0)
       *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
   }
-  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{})) return;
+  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) return;
   merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
-                                               reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{});
-  reset_arrivals(p, row, head0);
+                                               reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{},
+                                               part * kPartDims, kPartDims, part == 0);
+  reset_arrivals(p, row, head0, part);
 }
 
 }  // namespace dsv4::cuda::sparse_attention
