@@ -231,36 +231,39 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
   }
   sync();
 
-  // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
-  // loads issued together.
-  constexpr int kBatch = 4;
+  // Every output element: Σ_c weight_c · O_c in chunk order. kBatch float4 per thread at a time; the
+  // loads of chunk c + 1 are issued before chunk c is accumulated, so the chunks' memory round trips
+  // overlap (a row alone waits on this merge).
+  constexpr int kBatch = 8;
   const int quads = dims / 4;  // float4 per head row in the merged slice
   const int total_quads = tile_heads * quads;
+  const std::int64_t chunk_stride = static_cast<std::int64_t>(p.num_heads) * kDim;  // floats from chunk c to c + 1
   for (int first = tid; first < total_quads; first += kThreads * kBatch) {
-    float4 acc[kBatch];
+    const float* src[kBatch];  // element b of chunk 0: float4 at src[b] + c · chunk_stride for chunk c
+    int weight_row[kBatch];    // s_weights index of element b's head, chunk 0
+    float4 acc[kBatch], o[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = min(first + b * kThreads, total_quads - 1);  // past the end: a valid, unused address
+      const int h = i / quads, d = dim_begin + (i % quads) * 4;
+      src[b] = p.partial_out + (chunk_base * p.num_heads + head0 + h) * kDim + d;
+      weight_row[b] = h * num_chunks;
+      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      o[b] = __ldcg(reinterpret_cast<const float4*>(src[b]));
+    }
     for (int c = 0; c < num_chunks; ++c) {
-      float4 o[kBatch];
-      float w[kBatch];
+      float4 next[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        next[b] = c + 1 < num_chunks ? __ldcg(reinterpret_cast<const float4*>(src[b] + (c + 1) * chunk_stride)) : o[b];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int i = first + b * kThreads;
-        if (i < total_quads) {
-          const int h = i / quads, d = dim_begin + (i % quads) * 4;
-          w[b] = s_weights[h * num_chunks + c];
-          o[b] = __ldcg(reinterpret_cast<const float4*>(
-              p.partial_out + ((chunk_base + c) * p.num_heads + head0 + h) * kDim + d));
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (first + b * kThreads < total_quads) {
-          acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w[b]);
-          acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w[b]);
-          acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w[b]);
-          acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w[b]);
-        }
+        const float w = s_weights[weight_row[b] + c];
+        acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w);
+        acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w);
+        acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w);
+        acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w);
+        o[b] = next[b];
       }
     }
 #pragma unroll
