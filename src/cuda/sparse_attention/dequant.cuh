@@ -29,21 +29,10 @@ __device__ __forceinline__ std::uint32_t bf16x2_power_of_two(std::uint32_t field
 inline constexpr std::uint32_t kSingleMultiplyMaxScale = 134;
 
 // Eight codes (`codes`.x bytes 0..3 then .y bytes 0..3) with scale byte `e` → eight bf16, in order.
-// Branch-free: always two multiplies, by (2^(e−7), 1) when 2^(e−7) is a bf16 and else by
-// (2^120, 2^(e−127)); both are exact (powers of two, x·1 = x), so the bits are those of the one- or
-// two-multiply form. Selects instead of a branch keep the producer's 16-code groups interleaved.
-// MEASUREMENT ONLY (removed after the H200 run): kBranchFree = false is the previous branching form.
-template <bool kBranchFree = true>
 __device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, std::uint32_t e) {
   std::uint32_t v[4] = {e4m3x2_to_bf16x2_times_2pow_m120(codes.x, 0x1404), e4m3x2_to_bf16x2_times_2pow_m120(codes.x, 0x3424),
                         e4m3x2_to_bf16x2_times_2pow_m120(codes.y, 0x1404), e4m3x2_to_bf16x2_times_2pow_m120(codes.y, 0x3424)};
-  if constexpr (kBranchFree) {
-    const bool single = e <= kSingleMultiplyMaxScale;
-    const std::uint32_t first = bf16x2_power_of_two(single ? e + 120 : 247);  // 2^(e−7) or 2^120
-    const std::uint32_t second = single ? bf16x2_power_of_two(127) : bf16x2_power_of_two(e);  // 1 or 2^(e−127)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = ptx::mul_bf16x2(ptx::mul_bf16x2(v[i], first), second);
-  } else if (e <= kSingleMultiplyMaxScale) {
+  if (e <= kSingleMultiplyMaxScale) {
     const std::uint32_t factor = bf16x2_power_of_two(e + 120);  // 2^(e−7)
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = ptx::mul_bf16x2(v[i], factor);
@@ -56,10 +45,9 @@ __device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, std::uint32_t e)
 }
 
 // Sixteen codes sharing scale byte `e` → sixteen bf16 (`lo` the first eight, `hi` the last eight).
-template <bool kBranchFree = true>
 __device__ __forceinline__ void dequantize_e4m3x16(uint4 codes, std::uint32_t e, uint4& lo, uint4& hi) {
-  lo = dequantize_e4m3x8<kBranchFree>(make_uint2(codes.x, codes.y), e);
-  hi = dequantize_e4m3x8<kBranchFree>(make_uint2(codes.z, codes.w), e);
+  lo = dequantize_e4m3x8(make_uint2(codes.x, codes.y), e);
+  hi = dequantize_e4m3x8(make_uint2(codes.z, codes.w), e);
 }
 
 }  // namespace dsv4::cuda::sparse_attention

@@ -6,8 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-
 #include "cuda/sparse_attention/kernel.cuh"
 #include "cuda/sparse_attention/wgmma_kernel.cuh"
 #include "cuda/common/runtime.hpp"
@@ -33,19 +31,12 @@ void reserve_shared_memory(Kernel kernel, int smem_bytes) {
 
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
 // output-dim parts.
-template <int kDimSplit, bool kLookahead>
-void launch_wgmma_variant(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kLookahead>;
+template <int kDimSplit>
+void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit>;
   static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
   (void)reserved;
   launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
-}
-// MEASUREMENT ONLY (removed after the H200 run): DSV4_ATTENTION_SERIAL_PRODUCER=1 runs the previous producer.
-template <int kDimSplit>
-void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  static const bool serial = std::getenv("DSV4_ATTENTION_SERIAL_PRODUCER") != nullptr;
-  if (serial) launch_wgmma_variant<kDimSplit, false>(params, blocks, stream);
-  else launch_wgmma_variant<kDimSplit, true>(params, blocks, stream);
 }
 
 template <int kHeadTile>

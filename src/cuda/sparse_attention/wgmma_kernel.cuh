@@ -4,9 +4,8 @@
 // blocks of 64 candidates. Shared memory holds Q [64 heads][512] and two K tiles [64 candidates][512],
 // bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized:
 //   producer (warpgroup 2, few registers): per block, waits until its K tile is free, loads the 64
-//     entries (16-byte loads into registers one 32-candidate pass ahead of the decode, the block two
-//     ahead prefetched into L2), decodes them exactly and branch-free (dequant.cuh) into the tile and
-//     hands it over (named barriers "full" / "empty").
+//     entries (16-byte loads into registers, the block two ahead prefetched into L2), decodes them
+//     exactly (dequant.cuh) into the tile and hands it over (named barriers "full" / "empty").
 //   consumers (warpgroups 0 and 1, 128 f32 accumulators of O each): per block,
 //     S = Q·Kᵀ   wgmma m64n32k16 from shared memory: consumer c scores candidates [32c, 32c + 32)
 //                of all 64 heads (32 k-steps over the 512 dims);
@@ -46,15 +45,9 @@ struct WgmmaPlan {
   // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
   // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  // The producer holds two passes of loads across a decode (produce_tiles): 136 avoids spills there.
-  static constexpr int kConsumerRegisters = 184;
-  static constexpr int kProducerRegisters = 136;
+  static constexpr int kConsumerRegisters = 192;
+  static constexpr int kProducerRegisters = 120;
   static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
-                "the registers the producer releases cover what the consumers ask for");
-  // MEASUREMENT ONLY (removed after the H200 run): the previous producer's split.
-  static constexpr int kSerialConsumerRegisters = 192;
-  static constexpr int kSerialProducerRegisters = 120;
-  static_assert(kConsumers * kSerialConsumerRegisters + kSerialProducerRegisters <= kLaunchRegisters * kThreads / 128,
                 "the registers the producer releases cover what the consumers ask for");
   // Named barriers (0 is __syncthreads).
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
@@ -94,7 +87,7 @@ __device__ __forceinline__ int tile_offset(int r, int d) {
 }
 
 // A producer thread's share of one candidate entry, as loaded (the RoPE pieces are loaded when
-// stored, their latency under the decode of the codes: fewer registers in flight).
+// stored: fewer registers in flight).
 struct EntryShare {
   const std::uint8_t* data;  // the entry's 576 data bytes, or null for a masked candidate
   uint4 piece[WgmmaPlan::kCodePiecesPerThread];  // 16-byte pieces sub + 4i (e4m3 codes)
@@ -126,7 +119,6 @@ __device__ __forceinline__ void load_entry_codes(const SparseAttentionParams& p,
 // Decodes a loaded share into K tile `tile` (candidate row e): code piece k = sub + 4i holds dims
 // [16k, 16k + 16) with scale byte i. Then loads and copies the RoPE pieces j = sub + 4i' (bf16 dims
 // 448 + 8j .. + 8); zeros for a masked candidate.
-template <bool kBranchFree = true>
 __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index) {
   constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
   constexpr int kRopePieces = WgmmaPlan::kPiecesPerThread - WgmmaPlan::kCodePiecesPerThread;
@@ -140,7 +132,7 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
   for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i) {
     const std::uint32_t scale = ((i < 4 ? share.scales.x : share.scales.y) >> (8 * (i % 4))) & 0xffu;
     uint4 lo, hi;
-    dequantize_e4m3x16<kBranchFree>(share.piece[i], scale, lo, hi);
+    dequantize_e4m3x16(share.piece[i], scale, lo, hi);
     const int d = 16 * (sub + kSplit * i);
     *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
     *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
@@ -151,55 +143,25 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
 }
 
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
-// that used it before (it − 2). Each thread's share of a block is two passes (32 candidates each);
-// the loads run one pass ahead of the decode (pass 1 of block it during the decode of its pass 0,
-// pass 0 of block it + 1 during the decode of its pass 1), so a load's latency overlaps a pass of
-// decoding instead of adding to it, with the registers of two passes as before.
-// MEASUREMENT ONLY (removed after the H200 run): kLookahead = false is the previous producer (both
-// passes loaded at the top of a block, branching decode).
-template <bool kLookahead = true>
+// that used it before (it − 2).
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k) {
   using W = WgmmaPlan;
-  if constexpr (!kLookahead) {
-    const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
-    for (int it = 0; it < num_live; ++it) {
-      const int stage = it % 2;
-      std::uint8_t* tile = s_k + stage * W::kTileBytes;
-      if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
-      EntryShare share[W::kPasses];
-#pragma unroll
-      for (int pass = 0; pass < W::kPasses; ++pass)
-        load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
-      if (it >= 2) {
-        ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
-        ptx::fence_proxy_async_shared();
-      }
-#pragma unroll
-      for (int pass = 0; pass < W::kPasses; ++pass)
-        store_entry_share<false>(share[pass], tile, pass * W::kProducerThreads + ptid);
-      ptx::fence_proxy_async_shared();
-      ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
-    }
-    return;
-  }
-  static_assert(W::kPasses == 2, "the pipeline below alternates two passes");
   const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
-  EntryShare first_pass;  // pass 0 of the block being produced, loaded one pass early
-  if (num_live > 0) load_entry_codes(p, s_slots, work.chunk_begin, s_live[0], ptid, first_pass);
   for (int it = 0; it < num_live; ++it) {
     const int stage = it % 2;
     std::uint8_t* tile = s_k + stage * W::kTileBytes;
     if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
+    EntryShare share[W::kPasses];
+#pragma unroll
+    for (int pass = 0; pass < W::kPasses; ++pass)
+      load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
     if (it >= 2) {
       ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
       ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
     }
-    EntryShare second_pass;
-    load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], W::kProducerThreads + ptid, second_pass);
-    store_entry_share(first_pass, tile, ptid);
-    if (it + 1 < num_live) load_entry_codes(p, s_slots, work.chunk_begin, s_live[it + 1], ptid, first_pass);
-    store_entry_share(second_pass, tile, W::kProducerThreads + ptid);
+#pragma unroll
+    for (int pass = 0; pass < W::kPasses; ++pass) store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
     ptx::fence_proxy_async_shared();
     ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
   }
@@ -214,7 +176,7 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
 }
 
 // kDimSplit (1, 2 or 4): blocks per (row, head tile, chunk), each owning 512 / kDimSplit output dims.
-template <int kHeadTile, int kDimSplit, bool kLookahead = true>
+template <int kHeadTile, int kDimSplit>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
@@ -260,11 +222,11 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   __syncthreads();  // Q is in place; from here on the warpgroups part
 
   if (tid >= W::kConsumerThreads) {
-    ptx::registers_decrease<kLookahead ? W::kProducerRegisters : W::kSerialProducerRegisters>();
-    produce_tiles<kLookahead>(p, work, s_slots, s_live, num_live, s_k);
+    ptx::registers_decrease<W::kProducerRegisters>();
+    produce_tiles(p, work, s_slots, s_live, num_live, s_k);
     return;
   }
-  ptx::registers_increase<kLookahead ? W::kConsumerRegisters : W::kSerialConsumerRegisters>();
+  ptx::registers_increase<W::kConsumerRegisters>();
 
   const int lane = tid % 32, consumer = tid / 128, ctid = tid % 128;
   const int quad = lane % 4;
