@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/sparse_attention/dequant.cuh"
@@ -337,6 +339,54 @@ TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
       EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + std::size_t(r) * heads))
           << "H=" << heads << " row " << r << ": lse differs";
     }
+  }
+}
+
+// Small grids split the 64-head tile's output dims over 2 or 4 blocks (launch.cu; on 132 SMs: a
+// row alone → 4 parts, 20 rows × 2 chunks at H = 64 or 12 rows × 2 tiles × 2 chunks at H = 128 → 2
+// parts, a batch of 128 → none). The same rows must give the same bytes with the fused inverse RoPE
+// (dims 448..511 in the last part), merged over two chunks or from one chunk, and match the reference.
+Outputs rows_of(const Problem& batch, int first, int count) {
+  Problem part = batch;
+  const std::size_t row_q = std::size_t(batch.heads) * 512;
+  part.rows = count;
+  part.q.assign(batch.q.begin() + first * row_q, batch.q.begin() + (first + count) * row_q);
+  part.window_slots.assign(batch.window_slots.begin() + std::size_t(first) * batch.window_width,
+                           batch.window_slots.begin() + std::size_t(first + count) * batch.window_width);
+  part.compressed_slots.assign(batch.compressed_slots.begin() + std::size_t(first) * batch.compressed_width,
+                               batch.compressed_slots.begin() + std::size_t(first + count) * batch.compressed_width);
+  part.rope_cos.assign(batch.rope_cos.begin() + first * 32, batch.rope_cos.begin() + (first + count) * 32);
+  part.rope_sin.assign(batch.rope_sin.begin() + first * 32, batch.rope_sin.begin() + (first + count) * 32);
+  return part.run(Device::CUDA);
+}
+
+TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  struct Case {
+    int heads, compressed_width, small_batch;
+  };
+  for (const Case c : {Case{64, 512, 20}, Case{64, 0, 20}, Case{128, 512, 12}}) {
+    const std::string what = "H=" + std::to_string(c.heads) + " K=" + std::to_string(c.compressed_width);
+    Problem batch(rng, window, compressed, 128, c.heads, 128, c.compressed_width);
+    batch.random_slots(rng, 0.02);
+    batch.random_rope(rng);
+    const Outputs all = batch.run(Device::CUDA);
+    const std::size_t row_out = std::size_t(c.heads) * 512;
+    for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}}) {
+      const Outputs some = rows_of(batch, first, count);
+      EXPECT_TRUE(std::equal(some.out.begin(), some.out.end(), all.out.begin() + first * row_out))
+          << what << " rows " << first << ".." << first + count - 1 << ": output bytes differ from the batch of 128";
+      EXPECT_TRUE(std::equal(some.lse.begin(), some.lse.end(), all.lse.begin() + first * c.heads))
+          << what << " rows " << first << ".." << first + count - 1 << ": lse differs";
+    }
+    Problem alone = batch;  // one row (4 parts) against the reference
+    alone.rows = 1;
+    alone.q.resize(row_out);
+    alone.window_slots.resize(128);
+    alone.compressed_slots.resize(std::size_t(c.compressed_width));
+    alone.rope_cos.resize(32);
+    alone.rope_sin.resize(32);
+    expect_matches_reference(alone, {}, what + " alone");
   }
 }
 

@@ -203,10 +203,13 @@ __device__ __forceinline__ void dequantize_block(const std::uint8_t* stage, std:
 // row's output and lse. Kept out of line: it runs once per row and tile, after the O fragments are
 // dead, and its registers should not weigh on the main loop's allocation.
 // `s_weights` has room for [kHeadTile][num_splits] floats, `s_inv` for [kHeadTile] (shared memory no
-// longer in use); threads 0 .. kThreads−1 take part and `sync` is their barrier.
+// longer in use); threads 0 .. kThreads−1 take part and `sync` is their barrier. Only output dims
+// [dim_begin, dim_begin + dims) are merged (a multiple of 4; a dim-split block merges its own slice);
+// `write_lse` for the one block per (row, head tile) that writes lse.
 template <int kHeadTile, int kThreads, class Sync>
 __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::int64_t row, int head0,
-                                          float* s_weights, float* s_inv, Sync sync) {
+                                          float* s_weights, float* s_inv, Sync sync, int dim_begin = 0,
+                                          int dims = kDim, bool write_lse = true) {
   const int tid = threadIdx.x;
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
   const std::int64_t out_row = row * p.num_heads;
@@ -224,47 +227,50 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
     const RowNormalizer n = merge_weights(num_chunks, chunk_stats, __fmul_rn(p.attn_sink[h], kLog2e));
     for (int c = 0; c < num_chunks; ++c) s_weights[tid * num_chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
     s_inv[tid] = n.inv_denom;
-    p.lse[out_row + h] = n.lse;
+    if (write_lse) p.lse[out_row + h] = n.lse;
   }
   sync();
 
-  // Every output element: Σ_c weight_c · O_c in chunk order. Four float4 per thread at a time, their
-  // loads issued together.
-  constexpr int kBatch = 4;
-  constexpr int kQuads = kDim / 4;  // float4 per head row
-  const int total_quads = tile_heads * kQuads;
+  // Every output element: Σ_c weight_c · O_c in chunk order. kBatch float4 per thread at a time; the
+  // loads of chunk c + 1 are issued before chunk c is accumulated, so the chunks' memory round trips
+  // overlap (a row alone waits on this merge).
+  constexpr int kBatch = 8;
+  const int quads = dims / 4;  // float4 per head row in the merged slice
+  const int total_quads = tile_heads * quads;
+  const std::int64_t chunk_stride = static_cast<std::int64_t>(p.num_heads) * kDim;  // floats from chunk c to c + 1
   for (int first = tid; first < total_quads; first += kThreads * kBatch) {
-    float4 acc[kBatch];
+    const float* src[kBatch];  // element b of chunk 0: float4 at src[b] + c · chunk_stride for chunk c
+    int weight_row[kBatch];    // s_weights index of element b's head, chunk 0
+    float4 acc[kBatch], o[kBatch];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = min(first + b * kThreads, total_quads - 1);  // past the end: a valid, unused address
+      const int h = i / quads, d = dim_begin + (i % quads) * 4;
+      src[b] = p.partial_out + (chunk_base * p.num_heads + head0 + h) * kDim + d;
+      weight_row[b] = h * num_chunks;
+      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      o[b] = __ldcg(reinterpret_cast<const float4*>(src[b]));
+    }
     for (int c = 0; c < num_chunks; ++c) {
-      float4 o[kBatch];
-      float w[kBatch];
+      float4 next[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        next[b] = c + 1 < num_chunks ? __ldcg(reinterpret_cast<const float4*>(src[b] + (c + 1) * chunk_stride)) : o[b];
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int i = first + b * kThreads;
-        if (i < total_quads) {
-          const int h = i / kQuads, d = (i % kQuads) * 4;
-          w[b] = s_weights[h * num_chunks + c];
-          o[b] = __ldcg(reinterpret_cast<const float4*>(
-              p.partial_out + ((chunk_base + c) * p.num_heads + head0 + h) * kDim + d));
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (first + b * kThreads < total_quads) {
-          acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w[b]);
-          acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w[b]);
-          acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w[b]);
-          acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w[b]);
-        }
+        const float w = s_weights[weight_row[b] + c];
+        acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w);
+        acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w);
+        acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w);
+        acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w);
+        o[b] = next[b];
       }
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int i = first + b * kThreads;
       if (i >= total_quads) continue;
-      const int h = i / kQuads, d = (i % kQuads) * 4;
+      const int h = i / quads, d = dim_begin + (i % quads) * 4;
       std::uint16_t* out = p.out + (out_row + head0 + h) * kDim + d;
       const bool rotate = rope_cos != nullptr && d >= Entry::kNopeDim;
       const int pair = rotate ? rope_pair(d) : 0;
@@ -287,14 +293,16 @@ struct ChunkWork {
   int num_blocks;    // its 64-candidate blocks
 };
 
-// Block → (chunk, row · head_tiles + head tile): chunk-major inside groups of order_group pairs.
-__device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams& p, int head_tile) {
+// Block `block` → (chunk, row · head_tiles + head tile): chunk-major inside groups of order_group
+// pairs (`block` is blockIdx.x, or blockIdx.x / dim_split in a dim-split launch).
+__device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams& p, int head_tile,
+                                                    unsigned block = blockIdx.x) {
   const int head_tiles = (p.num_heads + head_tile - 1) / head_tile;
   const unsigned tile_rows = static_cast<unsigned>(p.num_rows) * static_cast<unsigned>(head_tiles);
   const unsigned splits = static_cast<unsigned>(p.num_splits), order_group = static_cast<unsigned>(p.order_group);
-  const unsigned group_first = blockIdx.x / (order_group * splits) * order_group;
+  const unsigned group_first = block / (order_group * splits) * order_group;
   const unsigned group_size = min(order_group, tile_rows - group_first);
-  const unsigned in_group = blockIdx.x - group_first * splits;
+  const unsigned in_group = block - group_first * splits;
   const int tile_row = static_cast<int>(group_first + in_group % group_size);
   ChunkWork w;
   w.chunk = static_cast<int>(in_group / group_size);
@@ -345,13 +353,13 @@ struct GroupSync {
 
 // Called by every finishing thread (thread 0 among them) after they wrote the chunk's partials: true
 // (in each of them) for the block that arrives last for its (row, head tile), which then merges.
-// `s_flag` is shared scratch.
+// `s_flag` is shared scratch. `part` (< 4, a dim-split block's slice) picks one of the tile's counters.
 template <class Sync>
 __device__ __forceinline__ bool last_to_arrive(const SparseAttentionParams& p, std::int64_t row, int head0,
-                                               int& s_flag, Sync sync) {
+                                               int& s_flag, Sync sync, int part = 0) {
   __threadfence();
   sync();
-  int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16;
+  int* arrivals = p.arrivals + row * ((p.num_heads + 15) / 16) + head0 / 16 + part;
   if (threadIdx.x == 0) {
     __threadfence();
     s_flag = atomicAdd(arrivals, 1) == p.num_splits - 1;
@@ -363,8 +371,9 @@ __device__ __forceinline__ bool last_to_arrive(const SparseAttentionParams& p, s
 }
 
 // The merging block leaves the counter clean for the next call (every chunk has arrived).
-__device__ __forceinline__ void reset_arrivals(const SparseAttentionParams& p, std::int64_t row, int head0) {
-  if (threadIdx.x == 0) p.arrivals[row * ((p.num_heads + 15) / 16) + head0 / 16] = 0;
+__device__ __forceinline__ void reset_arrivals(const SparseAttentionParams& p, std::int64_t row, int head0,
+                                               int part = 0) {
+  if (threadIdx.x == 0) p.arrivals[row * ((p.num_heads + 15) / 16) + head0 / 16 + part] = 0;
 }
 
 // ---- the kernel -------------------------------------------------------------------------------

@@ -7,6 +7,8 @@
 // batch size, every H < 64 never does.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 #include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
 #include "cuda/sparse_attention/params.hpp"
@@ -38,6 +40,22 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   const long long blocks = blocks_with(tile);
   constexpr int kOrderGroup = 64;
   params.order_group = 2 * blocks > 3LL * sms && blocks <= 4LL * sms ? kOrderGroup : 1;
+  // Small grids (B = 1 decode): the 64-head tile's output dims in 2 or 4 parts, one block each, as
+  // long as the grid still fits on the SMs (every part repeats the gather, S and softmax, so it only
+  // pays on idle SMs). Bytes are the same at every split (wgmma_kernel.cuh), so the choice may follow
+  // the grid. The parts count their chunks on the tile's 4 arrival counters: H a multiple of 64.
+  // DSV4_ATTENTION_DIM_SPLIT=1|2|4 forces it (measurements; changes no bit).
+  params.dim_split = 1;
+  if (tile == 64 && params.num_heads % 64 == 0) {
+    static const int forced = [] {
+      const char* v = std::getenv("DSV4_ATTENTION_DIM_SPLIT");
+      const int n = v != nullptr ? std::atoi(v) : 0;
+      return n == 1 || n == 2 || n == 4 ? n : 0;
+    }();
+    if (forced != 0) params.dim_split = forced;
+    else if (4 * blocks <= sms) params.dim_split = 4;
+    else if (2 * blocks <= sms) params.dim_split = 2;
+  }
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;

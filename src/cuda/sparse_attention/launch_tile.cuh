@@ -6,9 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include <string>
-#include <type_traits>
-
 #include "cuda/sparse_attention/kernel.cuh"
 #include "cuda/sparse_attention/wgmma_kernel.cuh"
 #include "cuda/common/runtime.hpp"
@@ -16,24 +13,48 @@
 
 namespace dsv4::cuda::sparse_attention {
 
+// Launches `kernel` (one instantiation, shared memory configured once per process) over `blocks`.
+template <class Kernel>
+void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks, const SparseAttentionParams& params,
+                   cudaStream_t stream) {
+  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
+  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(params);
+  check_cuda(cudaGetLastError(), "sparse attention launch failed");
+}
+
+// The opt-in shared memory size is a per-function attribute: set once per instantiation.
+template <class Kernel>
+void reserve_shared_memory(Kernel kernel, int smem_bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "cannot reserve shared memory for sparse attention");
+}
+
+// The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
+// output-dim parts.
+template <int kDimSplit>
+void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit>;
+  static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
+  (void)reserved;
+  launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
+}
+
 template <int kHeadTile>
 void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
-  // The 64-head tile runs on warpgroup MMA (wgmma_kernel.cuh), 16 and 32 on mma.sync (kernel.cuh).
-  using Plan = std::conditional_t<kHeadTile == WgmmaPlan::kHeads, WgmmaPlan, Traits<kHeadTile>>;
-  const auto kernel = [] {
-    if constexpr (kHeadTile == WgmmaPlan::kHeads) return sparse_attention_wgmma_kernel<kHeadTile>;
-    else return sparse_attention_kernel<kHeadTile>;
-  }();
-  constexpr int kThreads = Plan::kThreads, kSmemBytes = Plan::kSmemBytes;
-  // The opt-in shared memory size is a per-function attribute: set once per process.
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-  check_cuda(configured, "cannot reserve shared memory for sparse attention");
   const long long head_tiles = (params.num_heads + kHeadTile - 1) / kHeadTile;
   const long long blocks = static_cast<long long>(params.num_rows) * head_tiles * params.num_splits;
-  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-  kernel<<<static_cast<unsigned>(blocks), kThreads, kSmemBytes, stream>>>(params);
-  check_cuda(cudaGetLastError(), "sparse attention launch failed");
+  if constexpr (kHeadTile == WgmmaPlan::kHeads) {
+    switch (params.dim_split) {
+      case 4: launch_wgmma<4>(params, blocks, stream); break;
+      case 2: launch_wgmma<2>(params, blocks, stream); break;
+      default: launch_wgmma<1>(params, blocks, stream); break;
+    }
+  } else {  // 16 and 32 on mma.sync (kernel.cuh)
+    using T = Traits<kHeadTile>;
+    static const bool reserved = (reserve_shared_memory(sparse_attention_kernel<kHeadTile>, T::kSmemBytes), true);
+    (void)reserved;
+    launch_blocks(sparse_attention_kernel<kHeadTile>, T::kThreads, T::kSmemBytes, blocks, params, stream);
+  }
 }
 
 // One explicit instantiation per head tile lives in instantiate_h{16,32,64}.cu.

@@ -14,6 +14,11 @@
 //                it to the other (a second barrier): both then hold the same P for all 64 candidates;
 //     O += P·V   wgmma m64n256k16, A = P from registers, B = the K tile read N-major (V = K);
 //                consumer c owns output dims [256c, 256c + 256).
+//   Dim split (small grids, launch.cu): kDimSplit blocks share one (row, head tile, chunk); each
+//   runs the same producer, S and softmax (same instructions on the same data, so the same bits) and
+//   the P·V of its own 512 / kDimSplit output dims (m64n128k16 / m64n64k16 per consumer), then
+//   finishes or merges that slice. The merge weights, lse and probabilities are computed identically
+//   in every part, so the bytes do not depend on kDimSplit.
 //   Each consumer sums the probabilities of its own 32 candidates; the two running sums (rescaled
 //   identically) are added in a fixed order at the end.
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
@@ -35,7 +40,6 @@ struct WgmmaPlan {
   static constexpr int kConsumerThreads = 128 * kConsumers;          // threads 0 .. 255
   static constexpr int kProducerThreads = 128;                       // threads 256 .. 383
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kDimsPerConsumer = kDim / kConsumers;         // 256 output dims (wgmma N)
   static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
   // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
   // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
@@ -163,12 +167,23 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
   }
 }
 
-// A template only so that the three instantiation units can include it (one definition each).
-template <int kHeadTile>
+// O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
+template <int kN>
+__device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32_t* a, std::uint64_t v_descriptor) {
+  if constexpr (kN == 256) ptx::wgmma_m64n256k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+  else if constexpr (kN == 128) ptx::wgmma_m64n128k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+  else ptx::wgmma_m64n64k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+}
+
+// kDimSplit (1, 2 or 4): blocks per (row, head tile, chunk), each owning 512 / kDimSplit output dims.
+template <int kHeadTile, int kDimSplit>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
+  static_assert(kDimSplit == 1 || kDimSplit == 2 || kDimSplit == 4, "output dims split in 1, 2 or 4");
   using W = WgmmaPlan;
+  constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
+  constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
   extern __shared__ __align__(16) std::uint8_t smem_unaligned[];
   const std::uint32_t misalignment = ptx::smem_address(smem_unaligned) % ptx::kSwizzleAtomBytes;
@@ -183,7 +198,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
 
   const int tid = threadIdx.x;
-  const ChunkWork work = chunk_of_block(p, kHeadTile);
+  const int part = static_cast<int>(blockIdx.x % kDimSplit);  // this block's slice of the output dims
+  const ChunkWork work = chunk_of_block(p, kHeadTile, blockIdx.x / kDimSplit);
   const int head0 = work.head0;
   const std::int64_t row = work.row;
 
@@ -218,9 +234,11 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   float run_max[2] = {-INFINITY, -INFINITY};  // heads frag_row, frag_row + 8 (the same in both consumers)
   float run_sum[2] = {0.0f, 0.0f};            // Σ P over this consumer's candidates only
-  float acc_o[W::kDimsPerConsumer / 2];  // d[4j+i]: head frag_row + 8·(i/2), dim 256·consumer + 8j + 2·quad + i%2
+  // d[4j+i]: head frag_row + 8·(i/2), dim dim_first + 8j + 2·quad + i%2
+  float acc_o[kConsumerDims / 2];
 #pragma unroll
-  for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = 0.0f;
+  for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = 0.0f;
+  const int dim_first = part * kPartDims + consumer * kConsumerDims;  // this consumer's first output dim
   const std::uint64_t q_descriptor = ptx::sw128_descriptor(s_q);
 
   for (int it = 0; it < num_live; ++it) {
@@ -306,7 +324,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     }
     if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
 #pragma unroll
-      for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+      for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
     }
     ConsumerSync{}();
 #pragma unroll
@@ -320,21 +338,20 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       ptx::fence_operand(a[f]);
     }
 
-    // O += P·V: B = this consumer's 4 slices of the K tile, N-major: 64 dims per 128-byte row (the
+    // O += P·V: B = this consumer's slices of the K tile, N-major: 64 dims per 128-byte row (the
     // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
-    const std::uint64_t v_descriptor = ptx::sw128_descriptor(
-        tile + consumer * (W::kDimsPerConsumer / 64) * W::kSliceBytes, W::kSliceBytes, ptx::kSwizzleAtomBytes);
+    const std::uint64_t v_descriptor = ptx::sw128_descriptor(tile + (dim_first / 64) * W::kSliceBytes,
+                                                             W::kSliceBytes, ptx::kSwizzleAtomBytes);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlock / 16; ++kk) {
       const std::uint64_t step = static_cast<std::uint64_t>((kk * 16 * 128) >> 4);  // 16 candidate rows
-      ptx::wgmma_m64n256k16_bf16_rs_bt(acc_o, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
-                                       v_descriptor + step, true);
+      wgmma_pv<kConsumerDims>(acc_o, a + 4 * kk, v_descriptor + step);
     }
     ptx::wgmma_commit();
     ptx::wgmma_wait_all();
 #pragma unroll
-    for (int i = 0; i < W::kDimsPerConsumer / 2; ++i) ptx::fence_operand(acc_o[i]);
+    for (int i = 0; i < kConsumerDims / 2; ++i) ptx::fence_operand(acc_o[i]);
     if (it + 2 < num_live) ptx::barrier_arrive(W::kEmptyBarrier + stage, W::kThreads);
   }
 
@@ -351,7 +368,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   const std::int64_t out_row = row * p.num_heads;
   const float* rope_cos = p.rope_cos != nullptr ? p.rope_cos + row * (Entry::kRopeDim / 2) : nullptr;
   const float* rope_sin = p.rope_sin != nullptr ? p.rope_sin + row * (Entry::kRopeDim / 2) : nullptr;
-  const int dim0 = consumer * W::kDimsPerConsumer + 2 * quad;  // + 8j: this thread's output dim pairs
+  const int dim0 = dim_first + 2 * quad;  // + 8j: this thread's output dim pairs (RoPE pairs stay in a thread)
+  const bool writes_lse = part == 0 && consumer == 0 && quad == 0;
 
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
 #pragma unroll
@@ -361,10 +379,10 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       const float m = run_max[half], l = row_sum[half];
       const RowNormalizer n = merge_weights(1, [&](int) { return make_float2(m, l); }, __fmul_rn(p.attn_sink[h], kLog2e));
       const float weight = chunk_weight(m, n.max_safe);
-      if (consumer == 0 && quad == 0) p.lse[out_row + h] = n.lse;
+      if (writes_lse) p.lse[out_row + h] = n.lse;
       std::uint16_t* out = p.out + (out_row + h) * kDim;
 #pragma unroll
-      for (int j = 0; j < W::kDimsPerConsumer / 8; ++j) {
+      for (int j = 0; j < kConsumerDims / 8; ++j) {
         const int d = dim0 + 8 * j;
         const bool rotate = rope_cos != nullptr && d >= Entry::kNopeDim;
         const int pair = rotate ? rope_pair(d) : 0;
@@ -378,7 +396,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
 
   // Several chunks: publish this one, then the last to arrive merges all of them in order (the
-  // consumers only: the producer has left).
+  // consumers only: the producer has left). The parts of a dim split count and merge their slices
+  // apart; each writes the (identical) chunk statistics, so its merge never waits for another part.
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -387,15 +406,16 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     const std::int64_t slot = (chunk_base + work.chunk) * p.num_heads + h;
     float* out = p.partial_out + slot * kDim;
 #pragma unroll
-    for (int j = 0; j < W::kDimsPerConsumer / 8; ++j)
+    for (int j = 0; j < kConsumerDims / 8; ++j)
       *reinterpret_cast<float2*>(out + dim0 + 8 * j) = make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
     if (consumer == 0 && quad == 0)
       *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
   }
-  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{})) return;
+  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) return;
   merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
-                                               reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{});
-  reset_arrivals(p, row, head0);
+                                               reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{},
+                                               part * kPartDims, kPartDims, part == 0);
+  reset_arrivals(p, row, head0, part);
 }
 
 }  // namespace dsv4::cuda::sparse_attention
