@@ -34,12 +34,6 @@ constexpr int kPerPage = 64;
 constexpr int kPoolPages = 4096;  // 262,144 entries, 153 MB per pool
 constexpr double kBf16Ceiling = 787.0;
 
-__device__ std::uint64_t mix(std::uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 __device__ std::uint16_t random_bf16(std::uint64_t h) {  // uniform in [-2, 2)
   const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
   return dsv4::bf16_bits_from_float(4.0f * u - 2.0f);
@@ -53,24 +47,25 @@ __global__ void fill_pool(std::uint8_t* pages /*[kPoolPages, page_bytes]*/, std:
   const int i = static_cast<int>(slot % kPerPage);
   std::uint8_t* data = page + F::data_offset(i);
   for (int k = 0; k < F::kNopeDim; ++k) {
-    std::uint8_t code = static_cast<std::uint8_t>(mix(seed ^ (slot * 1024 + k)) & 0xff);
+    std::uint8_t code = static_cast<std::uint8_t>(dsv4::bench::mix64(seed ^ (slot * 1024 + k)) & 0xff);
     if ((code & 0x7f) == 0x7f) code = static_cast<std::uint8_t>(code - 1);
     data[k] = code;
   }
   for (int k = 0; k < F::kRopeDim; ++k) {
-    const std::uint16_t v = random_bf16(mix(seed ^ (slot * 1024 + 512 + k)));
+    const std::uint16_t v = random_bf16(dsv4::bench::mix64(seed ^ (slot * 1024 + 512 + k)));
     data[F::kNopeDim + 2 * k] = static_cast<std::uint8_t>(v & 0xff);
     data[F::kNopeDim + 2 * k + 1] = static_cast<std::uint8_t>(v >> 8);
   }
   std::uint8_t* scales = page + F::scale_offset(i, kPerPage);
-  for (int b = 0; b < F::kNumScales; ++b) scales[b] = static_cast<std::uint8_t>(118 + mix(seed ^ (slot * 16 + b)) % 8);
+  for (int b = 0; b < F::kNumScales; ++b)
+    scales[b] = static_cast<std::uint8_t>(118 + dsv4::bench::mix64(seed ^ (slot * 16 + b)) % 8);
   scales[F::kNumScales] = 0;
 }
 
 __global__ void fill_bf16(std::uint16_t* out, std::int64_t n, std::uint64_t seed) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = random_bf16(mix(seed ^ i));
+    out[i] = random_bf16(dsv4::bench::mix64(seed ^ i));
 }
 
 struct Pools {
