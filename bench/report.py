@@ -23,6 +23,9 @@ def card_name():
 
 
 def commit():
+    # The GPU machine's copy of the tree may carry a stale .git: an explicit DSV4_COMMIT wins.
+    if os.environ.get("DSV4_COMMIT"):
+        return os.environ["DSV4_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -70,6 +73,27 @@ def target_rows(records):
     return rows
 
 
+def table_rows(records):
+    rows = ["| bench | case | time µs | achieved | % of ceiling | PyTorch µs | speed-up | check |",
+            "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in records:
+        pct = f"{100 * r['ratio']:.0f}%" if r.get("ceiling") else "—"
+        base = f"{r['baseline_us']:.1f}" if r.get("baseline_us") else "—"
+        speed = f"{r['speedup']:.1f}×" if r.get("speedup") else "—"
+        rows.append(f"| {r['bench']} | {r['name']} | {r['time_us']:.2f} | {r['value']:.1f} {r['metric']} | {pct} "
+                    f"| {base} | {speed} | {'ok' if r.get('checked') else 'FAILED'} |")
+    return rows
+
+
+def write_markdown(report, markdown_path, targets_path=None):
+    with open(markdown_path, "w") as f:
+        f.write(f"Card: {report['card']}, commit {report['commit']}, {report['date']}\n\n")
+        f.write("\n".join(table_rows(report["records"])) + "\n")
+    if targets_path:
+        with open(targets_path, "w") as f:
+            f.write("\n".join(target_rows(report["records"])) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("results_dirs", nargs="+")
@@ -78,7 +102,12 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--markdown", required=True)
     parser.add_argument("--targets", help="also write the targets table here (markdown)")
+    parser.add_argument("--from-report", action="store_true",
+                        help="the single positional argument is a stored report JSON: only rewrite the tables")
     args = parser.parse_args()
+    if args.from_report:
+        write_markdown(json.load(open(args.results_dirs[0])), args.markdown, args.targets)
+        return
 
     by_name, baselines, extras = {}, {}, {}
     for directory in args.results_dirs:
@@ -103,20 +132,7 @@ def main():
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
 
-    lines = ["| bench | case | time µs | achieved | % of ceiling | PyTorch µs | speed-up | check |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
-    for r in records:
-        pct = f"{100 * r['ratio']:.0f}%" if r.get("ceiling") else "—"
-        base = f"{r['baseline_us']:.1f}" if r.get("baseline_us") else "—"
-        speed = f"{r['speedup']:.1f}×" if r.get("speedup") else "—"
-        lines.append(f"| {r['bench']} | {r['name']} | {r['time_us']:.2f} | {r['value']:.1f} {r['metric']} | {pct} "
-                     f"| {base} | {speed} | {'ok' if r.get('checked') else 'FAILED'} |")
-    with open(args.markdown, "w") as f:
-        f.write(f"Card: {report['card']}, commit {report['commit']}, {report['date']}\n\n")
-        f.write("\n".join(lines) + "\n")
-    if args.targets:
-        with open(args.targets, "w") as f:
-            f.write("\n".join(target_rows(records)) + "\n")
+    write_markdown(report, args.markdown, args.targets)
 
 
 if __name__ == "__main__":
