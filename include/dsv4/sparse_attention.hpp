@@ -49,6 +49,11 @@ struct SparseAttentionOptions {
   // bytes depend on this value and on its own inputs only — keep it fixed for a model to keep batch
   // invariance. Smaller: lower latency at small batches; larger: less merge traffic at large ones.
   int split_candidates = kDefaultSplitCandidates;
+  // CUDA only: how many thread blocks share one (row, 64-head tile, chunk), each producing 512 / parts
+  // of the output dims. Every part recomputes the same scores and probabilities, so the bytes do not
+  // depend on it: 0 (default) splits while the grid would leave SMs idle (small batches), 1, 2 or 4
+  // force it. Splitting applies where H is a multiple of 64; other H ignore it.
+  int output_parts = 0;
   // CUDA only, optional: scratch of sparse_attention_workspace_bytes() bytes (U8, on the GPU),
   // zero-filled once when allocated; the kernels leave it zeroed again. Without it, each call
   // allocates and clears its own (stream-ordered).

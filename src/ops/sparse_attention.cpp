@@ -85,6 +85,7 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
   p.score_scale_log2 = static_cast<float>(static_cast<double>(options.softmax_scale) * 1.4426950408889634);
   p.split_candidates = options.split_candidates;
   p.num_splits = static_cast<std::int32_t>(num_splits(p.window_width + p.compressed_width, p.split_candidates));
+  p.dim_split = options.output_parts;  // 0: launch_sparse_attention picks
 
   const auto layout = cuda::workspace_layout(p.num_rows, p.num_heads, p.num_splits);
   auto stream = static_cast<cudaStream_t>(options.stream);
@@ -154,6 +155,9 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
     check_tensor(options.rope_sin, "rope_sin", DType::F32, {rows, kRopePairs}, device);
   }
   check_split(options.split_candidates);
+  require(options.output_parts == 0 || options.output_parts == 1 || options.output_parts == 2 ||
+              options.output_parts == 4,
+          "options", "output_parts must be 0 (automatic), 1, 2 or 4, got " + std::to_string(options.output_parts));
 
   if (device == Device::CPU) {
     // ---- contents (host memory): slots and sink ----

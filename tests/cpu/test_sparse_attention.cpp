@@ -272,6 +272,11 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
   expect_error("rope_sin", call_with(q, w, c, ws, cs, sink, out, lse, short_table));
   SparseAttentionOptions bad_split; bad_split.split_candidates = 96;
   expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, bad_split));
+  for (const int bad_parts : {-1, 3, 8}) {
+    SparseAttentionOptions bad_output_parts;
+    bad_output_parts.output_parts = bad_parts;
+    expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, bad_output_parts));
+  }
 
   // Slot contents (adversarial indices) and sink contents.
   for (std::int32_t bad : {-2, static_cast<std::int32_t>(p.window.slots()), std::numeric_limits<std::int32_t>::max(),

@@ -371,6 +371,13 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
     batch.random_slots(rng, 0.02);
     batch.random_rope(rng);
     const Outputs all = batch.run(Device::CUDA);
+    for (const int parts : {2, 4}) {  // the whole batch forced into output parts: the same bytes
+      SparseAttentionOptions forced;
+      forced.output_parts = parts;
+      const Outputs split = batch.run(Device::CUDA, forced);
+      EXPECT_TRUE(split.out == all.out) << what << ": " << parts << " output parts change the output bytes";
+      EXPECT_TRUE(split.lse == all.lse) << what << ": " << parts << " output parts change the lse";
+    }
     const std::size_t row_out = std::size_t(c.heads) * 512;
     for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}}) {
       const Outputs some = rows_of(batch, first, count);

@@ -7,8 +7,6 @@
 // batch size, every H < 64 never does.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-
 #include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
 #include "cuda/sparse_attention/params.hpp"
@@ -44,15 +42,11 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   // long as the grid still fits on the SMs (every part repeats the gather, S and softmax, so it only
   // pays on idle SMs). Bytes are the same at every split (wgmma_kernel.cuh), so the choice may follow
   // the grid. The parts count their chunks on the tile's 4 arrival counters: H a multiple of 64.
-  // DSV4_ATTENTION_DIM_SPLIT=1|2|4 forces it (measurements; changes no bit).
+  // SparseAttentionOptions::output_parts (params.dim_split ≠ 0 on entry) forces it.
+  const int requested = params.dim_split;
   params.dim_split = 1;
   if (tile == 64 && params.num_heads % 64 == 0) {
-    static const int forced = [] {
-      const char* v = std::getenv("DSV4_ATTENTION_DIM_SPLIT");
-      const int n = v != nullptr ? std::atoi(v) : 0;
-      return n == 1 || n == 2 || n == 4 ? n : 0;
-    }();
-    if (forced != 0) params.dim_split = forced;
+    if (requested != 0) params.dim_split = requested;
     else if (4 * blocks <= sms) params.dim_split = 4;
     else if (2 * blocks <= sms) params.dim_split = 2;
   }

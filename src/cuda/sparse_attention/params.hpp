@@ -41,11 +41,11 @@ struct SparseAttentionParams {
   // Grid order, set by launch_sparse_attention (changes no bit): blocks run chunk-major inside groups
   // of order_group (row, head tile) pairs; 1 = a row's chunks adjacent.
   std::int32_t order_group = 1;
-  // Output-dim split of the 64-head tile (1, 2 or 4), set by launch_sparse_attention for small grids
-  // (changes no bit): dim_split blocks share a (row, head tile, chunk), each computes the same scores
+  // Output-dim split of the 64-head tile (1, 2 or 4; 0 on entry = launch_sparse_attention picks it for
+  // small grids; changes no bit): dim_split blocks share a (row, head tile, chunk), each computes the same scores
   // and probabilities and the P·V of 512 / dim_split output dims; they count their chunks apart
   // (arrival counters head0 / 16 + part, so it needs num_heads % 64 == 0).
-  std::int32_t dim_split = 1;
+  std::int32_t dim_split = 0;
 };
 
 // Largest split_candidates the kernels' shared slot table holds.
