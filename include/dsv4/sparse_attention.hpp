@@ -54,9 +54,10 @@ struct SparseAttentionOptions {
   // depend on it: 0 (default) splits while the grid would leave SMs idle (small batches), 1, 2 or 4
   // force it. Splitting applies where H is a multiple of 64; other H ignore it.
   int output_parts = 0;
-  // CUDA only, optional: scratch of sparse_attention_workspace_bytes() bytes (U8, on the GPU),
-  // zero-filled once when allocated; the kernels leave it zeroed again. Without it, each call
-  // allocates and clears its own (stream-ordered).
+  // CUDA only, optional: scratch of at least sparse_attention_workspace_bytes() bytes (U8, on the GPU),
+  // any contents; each call clears the few hundred bytes of chunk counters it uses (one memset), so one
+  // workspace serves calls of every shape up to its size. Without it, each call allocates and clears
+  // its own (stream-ordered).
   TensorView workspace;
   // CUDA only: the cudaStream_t to run on (nullptr: the default stream).
   void* stream = nullptr;

@@ -436,6 +436,31 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
   expect_close(second, p.run(Device::CPU), "caller workspace");
 }
 
+// One caller workspace, sized for the largest call, serves calls of other shapes in turn: fewer
+// candidates (fewer chunks) and fewer rows move the chunk counters over the previous call's partial
+// sums, which must not leave a row unmerged (unwritten output) or merge it early.
+TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 24);
+  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 128 + 1024);
+  Tensor workspace = Tensor::empty(DType::U8, {static_cast<std::int64_t>(bytes)}, Device::CUDA);
+  workspace.fill_bytes(0x5A);  // any contents
+  SparseAttentionOptions shared;
+  shared.workspace = workspace.view();
+  struct Shape {
+    int rows, compressed_width;
+  };
+  for (const Shape shape : {Shape{20, 1024}, Shape{20, 640}, Shape{10, 1024}, Shape{1, 256}, Shape{20, 1024}}) {
+    Problem p(rng, window, compressed, shape.rows, 64, 128, shape.compressed_width);
+    p.random_slots(rng, 0.05);
+    const std::string what = std::to_string(shape.rows) + " rows, K=" + std::to_string(shape.compressed_width);
+    const Outputs with_shared = p.run(Device::CUDA, shared);  // outputs are poisoned inside run()
+    const Outputs with_own = p.run(Device::CUDA);
+    EXPECT_TRUE(with_shared.out == with_own.out) << what << ": output bytes differ from an own workspace";
+    EXPECT_TRUE(with_shared.lse == with_own.lse) << what << ": lse differs from an own workspace";
+    expect_close(with_shared, p.run(Device::CPU), what.c_str());
+  }
+}
+
 // ---- the FP8 dequantization, exhaustively --------------------------------------------------------
 
 __global__ void dequantize_all_codes(const std::uint8_t* scales /*[n]*/, int n, std::uint16_t* out /*[n][256]*/) {

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/sparse_attention/kernel.cuh"
 #include "cuda/sparse_attention/wgmma_kernel.cuh"
 #include "cuda/common/runtime.hpp"
@@ -36,6 +38,17 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
   const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit>;
   static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
   (void)reserved;
+  // setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
+  // plan assumes, the consumers' increase would wait forever. Refuse instead of hanging.
+  static const int launch_registers = [&] {
+    cudaFuncAttributes attributes{};
+    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "sparse attention kernel attributes");
+    return attributes.numRegs;
+  }();
+  if (launch_registers < WgmmaPlan::kLaunchRegisters)
+    throw Error("device", "the wgmma attention kernel was built with " + std::to_string(launch_registers) +
+                              " registers per thread, its register split needs at least " +
+                              std::to_string(WgmmaPlan::kLaunchRegisters));
   launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
 }
 

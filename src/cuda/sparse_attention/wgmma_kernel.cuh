@@ -342,6 +342,10 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
     const std::uint64_t v_descriptor = ptx::sw128_descriptor(tile + (dim_first / 64) * W::kSliceBytes,
                                                              W::kSliceBytes, ptx::kSwizzleAtomBytes);
+    // The rescale above writes the accumulators: keep those writes before the fence (nothing else
+    // orders them against it).
+#pragma unroll
+    for (int i = 0; i < kConsumerDims / 2; ++i) ptx::fence_operand(acc_o[i]);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlock / 16; ++kk) {
@@ -408,6 +412,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kConsumerDims / 8; ++j)
       *reinterpret_cast<float2*>(out + dim0 + 8 * j) = make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
+    // With an output-dim split every part writes these same (max, sum) bits: another part's merge may
+    // read the slot while it is rewritten with identical values, so no part ever waits for another.
     if (consumer == 0 && quad == 0)
       *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
   }

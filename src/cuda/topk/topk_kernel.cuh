@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
       if (lane == 0) s.request = request;
     }
     __syncthreads();
-    const RowOutput out = row_output(p, row, s.request, s.pages, 0, 0);
+    const RowOutput out = row_output(p, row, p.slots ? s.request : 0, s.pages, 0, 0);  // request: only with slots
     for (int i = rank * kThreads + tid; i < k; i += cs * kThreads) out.write(i, i < visible ? i : -1);
     return;
   }
