@@ -240,7 +240,7 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
                   std::map<std::string, Prefill8K>& first_8k) {
   Step step(kind, {0}, tokens, 7);
   void* device_layout = nullptr;
-  check_cuda(cudaMalloc(&device_layout, step.layout.bytes.size()), "cudaMalloc(layout)");
+  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");  // + split scratch
   check_cuda(cudaMemcpy(device_layout, step.layout.bytes.data(), step.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
   const std::vector<float> state_before = host_vector<float>(step.pool.storage());
   const double us = bench::time_us([&](cudaStream_t s) { cuda::launch_compress_step(step.args, step.layout, device_layout, s); });
@@ -271,7 +271,7 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
   const double bytes = step.bytes();
   report.add(std::string("prefill ") + kind.name + " T=" + std::to_string(tokens),
              {{"T", tokens}, {"ratio", kind.ratio}, {"width", step.spec.width}, {"online", kind.online},
-              {"events", step.plan.events.size()}, {"bytes", bytes}},
+              {"events", step.plan.events.size()}, {"split_events", step.layout.split_events}, {"bytes", bytes}},
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
 }
 
@@ -285,7 +285,7 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   // The step as a serving loop would replay it: upload the metadata from pinned memory, launch.
   void *pinned = nullptr, *device_layout = nullptr;
   check_cuda(cudaMallocHost(&pinned, step.layout.bytes.size()), "cudaMallocHost");
-  check_cuda(cudaMalloc(&device_layout, step.layout.bytes.size()), "cudaMalloc(layout)");
+  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");  // + split scratch
   std::memcpy(pinned, step.layout.bytes.data(), step.layout.bytes.size());
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -333,7 +333,8 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   const double bytes = step.bytes();
   report.add(std::string("decode ") + kind.name + " B=" + std::to_string(requests) + " n=" + std::to_string(new_tokens),
              {{"B", requests}, {"new_tokens", new_tokens}, {"ratio", kind.ratio}, {"width", step.spec.width},
-              {"online", kind.online}, {"events", step.plan.events.size()}, {"bytes", bytes}, {"target_us", 8},
+              {"online", kind.online}, {"events", step.plan.events.size()}, {"split_events", step.layout.split_events},
+              {"bytes", bytes}, {"target_us", 8},
               {"with_upload_us", upload_us}, {"metadata_in_memory_us", in_memory_us}},
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
   std::printf("%40s %10.2f us with the metadata upload in the graph, %.2f us with the metadata read from memory\n", "",

@@ -633,6 +633,81 @@ TEST_P(CompressorGpu, ForkAtAPageBoundaryEqualsARunFromScratch) {
 }
 
 // A graph-captured step (one upload from pinned memory + the kernel) equals the API's step.
+// The kernel arguments of a planned step on a CUDA side (what run_compress builds).
+ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& plan, const StepRows& rows, Side& side) {
+  ref::CompressArgs args;
+  args.spec = &s;
+  args.plan = &plan;
+  args.kv = rows.kv_view.data;
+  args.kv_stride = rows.kv_view.row_stride;
+  args.score = rows.score_view.data;
+  args.score_stride = rows.score_view.row_stride;
+  args.ape = side.ape.data_as<const float>();
+  args.norm = side.norm.data_as<const float>();
+  args.state = side.pool.storage().data_as<float>();
+  args.records_per_slot = side.pool.records_per_slot();
+  args.record_floats = side.pool.record_floats();
+  args.cache = side.cache.storage().data_as<std::uint8_t>();
+  args.page_bytes = side.cache.page_bytes();
+  args.entries_per_page = side.cache.entries_per_page();
+  return args;
+}
+
+// Two-pass long windows (C128) have two kernels: decode steps (≤ 8 tokens per request) spread each
+// window over split units, every other step folds it in one unit (launch.hpp). Both must write the
+// same bytes: one stream fed as one chunk (every entry by the prefill kernel) and in chunks whose
+// entries alternate between the kernels give bit-identical rows, entries and caches, and each
+// chunk's plan takes the path claimed. In the sanitizer set: it is the split path's small case.
+TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
+  const CompressorSpec s = spec();
+  if (s.online || s.coff() * s.ratio <= 16) GTEST_SKIP() << "one kernel only (not a two-pass long window)";
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t m = s.ratio;
+  const Stream stream = random_stream(rng, s, 3 * m + m / 2 + 1);
+  const int page_size = 2 * s.ratio;  // entries cross pages
+  // Entry 0 by a 1-token step, entry 1 by an 8-token step (split kernel), entry 2 by a long chunk.
+  struct Chunk {
+    std::int64_t tokens;
+    int split_events;  // what its plan must say
+  };
+  const std::vector<Chunk> chunks = {{m - 1, 0}, {1, 1}, {m - 8, 0}, {8, 1}, {m + m / 2 + 1, 0}};
+  std::vector<std::int64_t> sizes;
+  for (const Chunk& c : chunks) sizes.push_back(c.tokens);
+  const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult mixed = run_gpu_chunks(s, stream, sizes, page_size);
+  ASSERT_EQ(whole.entries.size(), 3u);
+  EXPECT_TRUE(mixed.compressed == whole.compressed);
+  EXPECT_TRUE(mixed.entries == whole.entries);
+  EXPECT_TRUE(mixed.cache == whole.cache);
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(mixed.compressed, cpu.compressed, s.width, "mixed kernels vs CPU");
+
+  // The paths, planned step by step on a pool fed the same chunks (and the whole stream's plan).
+  Side side(s, Device::CUDA, stream.ape, stream.norm, 2, 8, page_size);
+  const int slot = side.pool.allocate();
+  const std::vector<std::int32_t> table = {1, 2, 3, 4};
+  const int w = s.row_width();
+  std::int64_t fed = 0;
+  const auto step = [&](std::int64_t n, bool run) {
+    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
+    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
+    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
+    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
+    const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+    const cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(s, plan, rows, side));
+    if (run) {
+      compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+      fed += n;
+    }
+    return layout.split_events;
+  };
+  EXPECT_EQ(step(stream.tokens, false), 0) << "the whole stream";
+  for (const Chunk& c : chunks) {
+    const std::int64_t at = fed;
+    EXPECT_EQ(step(c.tokens, true), c.split_events) << "chunk of " << c.tokens << " at " << at;
+  }
+}
+
 TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   std::mt19937_64 rng(testing::fresh_seed());
   const CompressorSpec s = spec();
@@ -671,26 +746,12 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
   const CompressPlan plan = plan_compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool,
                                           captured.cache);
-  ref::CompressArgs args;
-  args.spec = &s;
-  args.plan = &plan;
-  args.kv = rows.kv_view.data;
-  args.kv_stride = rows.kv_view.row_stride;
-  args.score = rows.score_view.data;
-  args.score_stride = rows.score_view.row_stride;
-  args.ape = captured.ape.data_as<const float>();
-  args.norm = captured.norm.data_as<const float>();
-  args.state = captured.pool.storage().data_as<float>();
-  args.records_per_slot = captured.pool.records_per_slot();
-  args.record_floats = captured.pool.record_floats();
-  args.cache = captured.cache.storage().data_as<std::uint8_t>();
-  args.page_bytes = captured.cache.page_bytes();
-  args.entries_per_page = captured.cache.entries_per_page();
+  const ref::CompressArgs args = device_step_args(s, plan, rows, captured);
   const cuda::CompressStepLayout layout = cuda::plan_compress_step(args);
   void* pinned = nullptr;
   void* device_layout = nullptr;
   ASSERT_EQ(cudaMallocHost(&pinned, layout.bytes.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&device_layout, layout.bytes.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&device_layout, layout.device_bytes), cudaSuccess);  // + the split scratch
   std::memcpy(pinned, layout.bytes.data(), layout.bytes.size());
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);

@@ -44,17 +44,40 @@ struct StagingConfig {
 
 constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
 
+// Long windows (C128) fold an event's K candidates in slices of kSliceCandidates consecutive
+// candidates (slice s = [8s, min(8s + 8, K)), ceil(K/8) of them), each folded from scratch; group g
+// of G owns slices [g·S/G, (g+1)·S/G) (S = ceil(K/8)) and merges them into its chain by a left fold
+// in slice order, then the groups merge in group order (two_pass.cuh). That shape alone defines the
+// bytes, so the threads that run it do not matter: a prefill unit folds all slices itself (a group
+// streams its slices back to back through the staging), while a decode step may spread them over
+// kSplitUnits blocks whose partials the last of them merges (identical results).
+inline constexpr int kSliceCandidates = 8;
+// Slices the split path covers (K ≤ 16 · 8 = 128 candidates: every C128 window); longer windows
+// always run in one unit.
+inline constexpr int kMaxSplitSlices = 16;
+
 // Two-pass (softmax over the stored rows of the window). Batches of 4 candidates in two stages:
 //   short windows (C4: 8 candidates = both stages, copied together): ape from L1 (16 KB for C4);
 //     32 KB of staging per 128 threads, 4 blocks per SM (≤ 128 registers; 5 would spill);
-//   long windows (C128): the rows split over 2 (c = 512) or 4 (c = 128) groups, ape staged;
-//     96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM).
-template <int kWidth, bool kLongWindow>
+//   long windows (C128): the slices split over 2 (c = 512) or 4 (c = 128) groups, ape staged;
+//     96 KB per 256-thread block (2 per SM) or 48 KB per 128 (4 per SM). The group's chain of merged
+//     slices lives in registers (no more shared memory than the unsliced kernel had).
+// kSplit: the decode instantiation of a long window (launch.cu chooses it per step): split units
+// first in the grid, ring rows' ape not copied (it is never read: the ring holds score + ape).
+template <int kWidth, bool kLongWindow, bool kSplit_ = false>
 struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
                        StagingConfig<4, 2, kLongWindow,
                                      UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>::kBlockThreads> {
   using Unit = UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>;
   static constexpr int kMinBlocksPerSM = kLongWindow ? 512 / Unit::kBlockThreads : 4;
+  static constexpr bool kSlicedFold = kLongWindow;  // fold in slices (above); short windows: one running fold
+  static constexpr int kSliceBatches = kSliceCandidates / 4;  // batches per slice (kBatch = 4)
+  static constexpr bool kSplit = kSplit_;
+  // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.
+  static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
+  static_assert(!kSplit || kLongWindow, "only long windows are split");
+  static_assert(!kLongWindow || Unit::kUnitsPerBlock == 1, "a split unit is one block");
+  static_assert(kMaxSplitSlices % Unit::kGroups == 0, "every split unit folds one slice per group");
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two

@@ -46,6 +46,8 @@ struct Staging {
   __device__ float4* slot(int stage, int row, int vector) const {
     return column + ((stage * Config::kBatch + row) * Config::kVectors + vector) * Config::kBlockThreads;
   }
+  // Staging slot k < kStages·kBatch·kVectors in any order (for uses other than batches of rows).
+  __device__ float4* linear(int k) const { return column + k * Config::kBlockThreads; }
 };
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -96,6 +98,12 @@ __device__ __forceinline__ std::int32_t step_page(const KernelParams& p, std::in
   return p.pages[i];
 }
 
+// Split event i of the step (params.hpp).
+__device__ __forceinline__ SplitEvent step_split_event(const KernelParams& p, std::int64_t i) {
+  if (p.split_events_inline) return reinterpret_cast<const SplitEvent*>(p.inline_metadata + p.inline_split_offset)[i];
+  return p.split_events[i];
+}
+
 // The request owning work item `item`: item_begin[r] ≤ item < item_begin[r + 1].
 __device__ __forceinline__ int request_of_item(const KernelParams& p, std::int64_t item) {
   if (p.one_item_per_request) return static_cast<int>(item);
@@ -132,6 +140,19 @@ struct EntryTarget {
   int index_in_page = 0;
   std::int32_t cache_slot = 0;
 };
+// `physical`: the cache page holding the entry (split events carry it; entry_target looks it up).
+__device__ __forceinline__ EntryTarget entry_target_in_page(const KernelParams& p, const StepRequest& r, int event,
+                                                            std::int32_t physical) {
+  EntryTarget t;
+  t.entry = r.prefix / p.ratio + event;
+  t.event_row = r.first_event + event;
+  const std::int64_t logical_page = t.entry / p.entries_per_page;
+  t.index_in_page = static_cast<int>(t.entry - logical_page * p.entries_per_page);
+  t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
+  t.cache_slot = physical * p.entries_per_page + t.index_in_page;
+  return t;
+}
+// (The prefill kernels' own lookup, kept as it was.)
 __device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
   EntryTarget t;
   t.entry = r.prefix / p.ratio + event;

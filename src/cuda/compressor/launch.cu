@@ -43,6 +43,15 @@ std::int64_t head_events(const CompressorSpec& spec, std::int64_t num_events) {
   return std::min<std::int64_t>(num_events, spec.online ? 1 : spec.coff());
 }
 
+// Whether a two-pass request's ring item writes its ring in parallel with its head: two_pass.cuh's
+// ring_item_writes (no head event, or end − first position of event 0's window ≤ R).
+bool ring_writes_in_parallel(const CompressorSpec& spec, const StepRequest& r, std::int64_t head, int ring_rows) {
+  if (head == 0) return true;
+  const std::int64_t entry = r.prefix / spec.ratio;
+  const std::int64_t first_read = entry * spec.ratio - ((spec.overlap && entry >= 1) ? spec.ratio : 0);
+  return r.prefix + r.new_tokens - first_read <= ring_rows;
+}
+
 }  // namespace
 
 CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
@@ -63,6 +72,10 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   require_aligned(a.cache, "cache");
   if (a.out_compressed) require_aligned(a.out_compressed, "outputs.compressed");
 
+  // The split (decode) path, layout rule in launch.hpp: checked per request below.
+  bool split_step = !spec.online && spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates &&
+                    spec.coff() * spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
+  std::vector<compressor::SplitEvent> split;
   std::vector<StepRequest> requests;
   std::vector<std::int64_t> item_begin{0};
   std::vector<std::int32_t> pages;
@@ -87,9 +100,22 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
         pages.push_back(plan.events[static_cast<std::size_t>(r.first_event + event)].cache_slot / per_page);
       }
     }
+    // A split step's requests have only head events (no bodies) and ring items that write (so
+    // the split kernel's heads have nothing to do); ≤ 8 tokens with m > 8 guarantee both.
+    const std::int64_t head = head_events(spec, r.num_events);
+    split_step = split_step && r.new_tokens <= compressor::kSplitMaxNewTokens && r.num_events == head &&
+                 ring_writes_in_parallel(spec, s, head, a.records_per_slot);
+    for (std::int64_t e = 0; split_step && e < head; ++e) {
+      compressor::SplitEvent event;
+      event.request = s;
+      event.event = static_cast<std::int32_t>(e);
+      event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
+      split.push_back(event);
+    }
     requests.push_back(s);
-    item_begin.push_back(item_begin.back() + 1 + (r.num_events - head_events(spec, r.num_events)));
+    item_begin.push_back(item_begin.back() + 1 + (r.num_events - head));
   }
+  if (!split_step || split.size() > static_cast<std::size_t>(compressor::kMaxSplitEvents)) split.clear();
 
   CompressStepLayout layout;
   layout.num_requests = static_cast<std::int32_t>(requests.size());
@@ -101,14 +127,23 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
               " work items, more than one CUDA grid holds");
   layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
   layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
-  layout.bytes.assign(layout.pages_offset + pages.size() * sizeof(std::int32_t), 0);
+  layout.split_events = static_cast<std::int32_t>(split.size());
+  layout.split_events_offset = layout.pages_offset + align16(pages.size() * sizeof(std::int32_t));
+  layout.split_counters_offset = layout.split_events_offset + align16(split.size() * sizeof(compressor::SplitEvent));
+  layout.bytes.assign(layout.split_counters_offset + split.size() * sizeof(std::int32_t), 0);  // counters start at 0
   std::memcpy(layout.bytes.data(), requests.data(), requests.size() * sizeof(StepRequest));
   std::memcpy(layout.bytes.data() + layout.item_begin_offset, item_begin.data(), item_begin.size() * sizeof(std::int64_t));
   std::memcpy(layout.bytes.data() + layout.pages_offset, pages.data(), pages.size() * sizeof(std::int32_t));
+  if (!split.empty()) {
+    std::memcpy(layout.bytes.data() + layout.split_events_offset, split.data(), split.size() * sizeof(compressor::SplitEvent));
+  }
+  layout.split_partials_offset = align16(layout.bytes.size());
+  layout.device_bytes = layout.split_partials_offset + split.size() * compressor::kMaxSplitSlices * 3 *
+                                                           static_cast<std::size_t>(spec.width) * sizeof(float);
   return layout;
 }
 
-void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, const void* device_layout,
+void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& layout, void* device_layout,
                           void* stream, StepMetadata metadata) {
   if (layout.num_items == 0) return;
   const CompressorSpec& spec = *a.spec;
@@ -133,13 +168,20 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   p.requests = reinterpret_cast<const StepRequest*>(base);
   p.item_begin = reinterpret_cast<const std::int64_t*>(base + layout.item_begin_offset);
   p.pages = reinterpret_cast<const std::int32_t*>(base + layout.pages_offset);
+  p.split_events_count = layout.split_events;
+  if (layout.split_events > 0) {
+    auto* writable = static_cast<std::uint8_t*>(device_layout);
+    p.split_events = reinterpret_cast<const compressor::SplitEvent*>(base + layout.split_events_offset);
+    p.split_counters = reinterpret_cast<std::int32_t*>(writable + layout.split_counters_offset);
+    p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
+  }
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
   p.num_items = layout.num_items;
   // Decode steps small enough travel in the parameters: [requests | pad to 16 | pages] (no item_begin:
   // one item per request needs no search).
   const std::size_t request_bytes = static_cast<std::size_t>(layout.num_requests) * sizeof(StepRequest);
-  const std::size_t page_bytes = layout.bytes.size() - layout.pages_offset;
+  const std::size_t page_bytes = layout.split_events_offset - layout.pages_offset;  // with its padding
   const std::size_t inline_pages_offset = align16(request_bytes);
   if (metadata == StepMetadata::InParametersWhenSmall && layout.one_item_per_request &&
       inline_pages_offset + page_bytes <= sizeof(p.inline_metadata)) {
@@ -147,6 +189,15 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.inline_pages_offset = static_cast<std::int32_t>(inline_pages_offset);
     std::memcpy(p.inline_metadata, layout.bytes.data(), request_bytes);
     std::memcpy(p.inline_metadata + inline_pages_offset, layout.bytes.data() + layout.pages_offset, page_bytes);
+  }
+  // The split events too, where they fit after what the parameters already carry.
+  const std::size_t inline_used = p.metadata_inline ? align16(inline_pages_offset + page_bytes) : 0;
+  const std::size_t split_bytes = static_cast<std::size_t>(layout.split_events) * sizeof(compressor::SplitEvent);
+  if (metadata == StepMetadata::InParametersWhenSmall && layout.split_events > 0 &&
+      inline_used + split_bytes <= sizeof(p.inline_metadata)) {
+    p.split_events_inline = 1;
+    p.inline_split_offset = static_cast<std::int32_t>(inline_used);
+    std::memcpy(p.inline_metadata + inline_used, layout.bytes.data() + layout.split_events_offset, split_bytes);
   }
   p.ring_items = spec.online ? 0 : layout.num_requests;
   p.ratio = spec.ratio;
@@ -172,7 +223,7 @@ void run_compress(const ref::CompressArgs& args, void* stream) {
   if (layout.num_items == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   void* device_layout = nullptr;
-  check_cuda(cudaMallocAsync(&device_layout, layout.bytes.size(), s), "cudaMallocAsync(step metadata)");
+  check_cuda(cudaMallocAsync(&device_layout, layout.device_bytes, s), "cudaMallocAsync(step metadata)");
   // The host bytes may go away on return: a copy from pageable memory is staged before it returns.
   cudaError_t status = cudaMemcpyAsync(device_layout, layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice, s);
   if (status == cudaSuccess) {

@@ -18,13 +18,26 @@
 namespace dsv4::cuda {
 
 // One step's device metadata: [StepRequest × num_requests | int64 item_begin × (num_requests + 1) |
-// int32 pages], each section 16-byte aligned, uploaded with a single copy (params.hpp).
+// int32 pages | SplitEvent × split_events | int32 counters × split_events (zero)], each section
+// 16-byte aligned, uploaded with a single copy (params.hpp); then, not uploaded, the split events'
+// partials scratch up to device_bytes. The device buffer must hold device_bytes.
+//
+// Path rule: a two-pass long-window step (C128) whose requests each bring ≤ kSplitMaxNewTokens (8)
+// tokens, with 1..kMaxSplitEvents (128) events and windows of ≤ 128 candidates, is a decode step:
+// its head events are split over blocks (split_events > 0, the split kernel). Every other step —
+// prefill, chunked prefill, mixed steps with a longer request — runs the prefill kernel. Both fold a
+// window in the same fixed slice shape (config.hpp), so the bytes do not depend on the path.
 struct CompressStepLayout {
-  std::vector<std::uint8_t> bytes;
+  std::vector<std::uint8_t> bytes;  // what to upload
   std::size_t item_begin_offset = 0;
   std::size_t pages_offset = 0;
+  std::size_t split_events_offset = 0;
+  std::size_t split_counters_offset = 0;
+  std::size_t split_partials_offset = 0;  // ≥ bytes.size()
+  std::size_t device_bytes = 0;           // size of the device buffer: bytes + the partials scratch
   std::int32_t num_requests = 0;    // requests bringing ≥ 1 token
   std::int64_t num_items = 0;       // work items (0: nothing to launch)
+  std::int32_t split_events = 0;    // head events computed by split units (0: the prefill kernel)
   bool one_item_per_request = false;
 };
 
@@ -49,10 +62,12 @@ enum class StepMetadata {
   InDeviceMemory,
 };
 
-// Launches the step on `stream` (a cudaStream_t; null = the default stream). `device_layout` holds a
-// copy of layout.bytes (16-byte aligned) and must stay valid until the kernel has run.
+// Launches the step on `stream` (a cudaStream_t; null = the default stream). `device_layout` (16-byte
+// aligned, layout.device_bytes long) starts with a copy of layout.bytes and must stay valid until the
+// kernel has run; the kernel uses the rest as scratch and leaves the uploaded bytes as they were
+// (the split counters return to zero), so a captured graph may replay it.
 // Throws Error("device") when the launch fails.
-void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, const void* device_layout,
+void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, void* device_layout,
                           void* stream, StepMetadata metadata = StepMetadata::InParametersWhenSmall);
 
 // plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.

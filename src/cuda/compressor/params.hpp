@@ -11,6 +11,10 @@
 //   body: one event whose window lies entirely in this step's new rows;
 //   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
 //         head event, or every decode step), in parallel with its head.
+//   split unit (two-pass long windows, decode steps only: launch.cu): one block computing a share of
+//         one head event's candidate slices (config.hpp); the head then computes nothing, and the
+//         last split unit of the event to finish merges the partials and stores the entry. Split
+//         units come first in the grid. Their reads are the head's, so the ring item's rule holds.
 // Only a request's head reads its state, and a state write runs in parallel with it only where it
 // cannot touch those reads, so no state write can overtake a read of the same step (SPEC §6), with
 // one kernel launch per step.
@@ -40,6 +44,24 @@ struct StepRequest {
   std::int32_t first_page = 0;   // logical page held at pages[page_offset]
 };
 static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
+
+// A head event computed by split units: its request and entry page (copies, so a split unit's first
+// load is its only metadata load) and the event index (< coff). 64 bytes.
+struct SplitEvent {
+  StepRequest request;
+  std::int32_t event = 0;
+  std::int32_t page = 0;  // physical cache page of its entry
+  std::int32_t padding[2] = {};
+};
+static_assert(sizeof(SplitEvent) == 64, "uploaded as raw bytes");
+
+// The split path's step rule (launch.cu): a two-pass long-window step whose requests each bring at
+// most kSplitMaxNewTokens tokens (decode, with drafts) and whose windows have at most
+// kMaxSplitSlices · kSliceCandidates candidates spreads every head event over split units when it
+// has 1..kMaxSplitEvents of them (more fill the GPU on their own; the partials scratch,
+// 16 · 3 · c floats per event, stays ≤ 12 MB). Every other step runs the unsplit (prefill) kernel.
+inline constexpr int kSplitMaxNewTokens = 8;
+inline constexpr int kMaxSplitEvents = 128;
 
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
 
@@ -88,7 +110,18 @@ struct KernelParams {
   OutputKind output = OutputKind::Attention;
   double eps = 0;                 // RMSNorm eps
   float rope_frequencies[kMaxRopePairs] = {};  // f_i, float32, as RopeTable::frequencies()
-  alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages]
+  alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages | pad | SplitEvent × E]
+  // (Last: the fields above keep the offsets the other kernels had.)
+  // Two-pass long windows, split (decode) instantiation only: split_events_count head events run as
+  // kSplitUnits blocks each, grid blocks [0, split_events_count · kSplitUnits).
+  const SplitEvent* split_events = nullptr;  // [split_events_count] (device copy of the layout's)
+  float* split_partials = nullptr;           // [split_events_count, kMaxSplitSlices, 3 (max | sum | weighted), c] scratch
+  std::int32_t* split_counters = nullptr;    // [split_events_count] zero between launches (the merging block resets)
+  std::int32_t split_events_count = 0;
+  // 1: the split events are at inline_metadata[inline_split_offset] (after the inline requests and
+  // pages, or alone when those are in device memory); split_events is then not read.
+  std::int32_t split_events_inline = 0;
+  std::int32_t inline_split_offset = 0;
 };
 static_assert(sizeof(KernelParams) <= 4096, "kernel parameters stay within the classic 4 KB");
 

@@ -75,27 +75,79 @@ struct EventWindow {
   }
 };
 
-// Running softmax statistics of 4 channels over the candidates seen so far.
+// Running softmax statistics of 4 channels over the candidates seen so far (max = −inf: none yet).
 struct SoftmaxPartial {
   float max[4], sum[4], weighted[4];
 };
 
-// Folds candidates [j_begin, j_end) of `window` into `acc`, kBatch at a time through the staging
-// slots, the next batch in flight while one is folded.
-template <class Config>
+__device__ __forceinline__ SoftmaxPartial empty_partial() {
+  SoftmaxPartial e;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    e.max[k] = -INFINITY;
+    e.sum[k] = 0.0f;
+    e.weighted[k] = 0.0f;
+  }
+  return e;
+}
+
+// into ← into ⊕ next (the statistics of both candidate sets). Merging an empty partial (either
+// side) copies the other exactly, so a chain's first slice and empty slices never change a bit.
+__device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const SoftmaxPartial& next) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (next.max[k] == -INFINITY) continue;
+    if (into.max[k] == -INFINITY) {
+      into.max[k] = next.max[k];
+      into.sum[k] = next.sum[k];
+      into.weighted[k] = next.weighted[k];
+      continue;
+    }
+    const float total_max = fmaxf(into.max[k], next.max[k]);
+    const float mine = __expf(__fsub_rn(into.max[k], total_max)), theirs = __expf(__fsub_rn(next.max[k], total_max));
+    into.sum[k] = __fmaf_rn(next.sum[k], theirs, __fmul_rn(into.sum[k], mine));
+    into.weighted[k] = __fmaf_rn(next.weighted[k], theirs, __fmul_rn(into.weighted[k], mine));
+    into.max[k] = total_max;
+  }
+}
+
+// Folds candidates [j_begin, j_end) of `window` into `result`, kBatch at a time through the staging
+// slots, the next batch in flight while one is folded. Short windows: one running fold (result
+// starts empty). Sliced folds (long windows, config.hpp; j_begin a multiple of kSliceCandidates):
+// each slice is folded from scratch and merged into `result` (the chain, which starts empty) when it
+// is complete, while the copies stream on across slice boundaries.
+// kChainSlices = false on a sliced fold: [j_begin, j_end) is at most one slice, folded straight into
+// `result` (empty on entry) — the same bits as the chain of that one slice (a merge into an empty
+// chain copies), without the chain's registers.
+template <class Config, bool kChainSlices = Config::kSlicedFold>
 __device__ __forceinline__ void pool_candidates(const RingRows& rows, const EventWindow& window, int j_begin, int j_end,
-                                                int lane, const Staging<Config>& staging, SoftmaxPartial& acc) {
+                                                int lane, const Staging<Config>& staging, SoftmaxPartial& result) {
   constexpr int kBatch = Config::kBatch;
+  SoftmaxPartial slice;  // chained slices: the slice being folded
+  SoftmaxPartial& acc = kChainSlices ? slice : result;
+  if constexpr (Config::kSlicedFold) {
+    static_assert(Config::kSliceBatches * kBatch == kSliceCandidates, "a slice is whole batches");
+    if (j_begin >= j_end) return;  // an empty group or slice: nothing to copy
+  }
+  if constexpr (kChainSlices) slice = empty_partial();
   const int batches = (j_end - j_begin + kBatch - 1) / kBatch;
+  // The real row a padding slot copies (its score is masked to −inf, its weight is 0). Sliced folds
+  // pad only the window's last slice and take its last row, K − 1, whichever range it is folded in,
+  // so even a zero's sign cannot depend on the path.
+  const int padding_row = Config::kSlicedFold ? j_end - 1 : j_begin;
   const auto copy_batch = [&](int b) {
     const int stage = b % Config::kStages;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int j = j_begin + b * kBatch + u;
-      const Candidate c = window.candidate(rows, j < j_end ? j : j_begin, lane);  // padding copies a real row
+      const Candidate c = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
       copy_async16(staging.slot(stage, u, 0), c.value);
       copy_async16(staging.slot(stage, u, 1), c.score);
-      if constexpr (Config::kStageApe) copy_async16(staging.slot(stage, u, 2), c.ape);
+      if constexpr (Config::kStageApe) {
+        // The split (decode) kernel skips ring rows' ape (never read: the ring holds score + ape);
+        // the prefill kernel keeps its unconditional copies.
+        if (!Config::kSplit || c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
+      }
     }
     copy_async_commit();
   };
@@ -118,9 +170,14 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Even
     for (int u = 0; u < kBatch; ++u) {
       const int j = j_begin + b * kBatch + u;
       const bool valid = j < j_end;
-      const Candidate c = window.candidate(rows, valid ? j : j_begin, lane);
-      float4 bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
-      if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
+      const Candidate c = window.candidate(rows, valid ? j : padding_row, lane);
+      float4 bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
+      if constexpr (Config::kSplit) {
+        if (c.is_new) bias = *staging.slot(stage, u, 2);  // ring rows' ape slots were not copied
+      } else {
+        bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
+        if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
       to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
       if (!valid) {
 #pragma unroll
@@ -153,6 +210,12 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Even
     if constexpr (Config::kStages == 1) {
       if (b + 1 < batches) copy_batch(b + 1);  // the only stage is free again
     }
+    if constexpr (kChainSlices) {
+      if (b % Config::kSliceBatches == Config::kSliceBatches - 1 || b + 1 == batches) {  // the slice is complete
+        merge_partial(result, slice);
+        slice = empty_partial();
+      }
+    }
   }
 }
 
@@ -170,26 +233,15 @@ __device__ __forceinline__ EventWindow event_window(const KernelParams& p, const
   return w;
 }
 
-// Computes and stores event `event` of request `r` (every thread of the unit takes part).
-template <class Config>
-__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                               int event, int group, int lane, const float (&norm)[4],
-                                               const Staging<Config>& staging, double* s_sum) {
-  const EventWindow window = event_window<Config>(p, rows, r, event);
-  const EntryTarget target = entry_target(p, r, event);
-  SoftmaxPartial acc;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    acc.max[k] = -INFINITY;
-    acc.sum[k] = 0.0f;
-    acc.weighted[k] = 0.0f;
-  }
-  const int j_begin = group * window.count / Config::kGroups, j_end = (group + 1) * window.count / Config::kGroups;
-  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc);
+// Slices of a window of `count` candidates (config.hpp).
+__device__ __forceinline__ int slice_count(int count) { return (count + kSliceCandidates - 1) / kSliceCandidates; }
 
+// Group 0's `acc` ← the merge of every group's statistics in group order (deterministic); every
+// thread of the unit calls it, the other groups' `acc` are left as they were. The scratch aliases
+// the staging slots: every thread has finished reading its own before the first barrier.
+template <class Config>
+__device__ __forceinline__ void merge_groups(int group, int lane, const Staging<Config>& staging, SoftmaxPartial& acc) {
   if constexpr (Config::kGroups > 1) {
-    // Merge the groups' statistics in group order (deterministic), into group 0. The scratch
-    // aliases the staging slots: every thread has finished reading its own before the first barrier.
     constexpr int c = Config::kWidth;
     float* merge = reinterpret_cast<float*>(staging.column - threadIdx.x);  // [group][max | sum | weighted][c]
     unit_sync<Config>();
@@ -219,10 +271,98 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
     }
     unit_sync<Config>();  // the merge has been read: the staging slots may be refilled
   }
+}
+
+// Computes and stores event `event` of request `r` (every thread of the unit takes part). Long
+// windows: group g folds slices [g·S/G, (g+1)·S/G) into its chain (config.hpp), the shape
+// split_event_unit reproduces; short windows: the one group folds all candidates.
+template <class Config>
+__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                               int event, int group, int lane, const float (&norm)[4],
+                                               const Staging<Config>& staging, double* s_sum) {
+  const EventWindow window = event_window<Config>(p, rows, r, event);
+  const EntryTarget target = entry_target(p, r, event);
+  SoftmaxPartial acc;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    acc.max[k] = -INFINITY;
+    acc.sum[k] = 0.0f;
+    acc.weighted[k] = 0.0f;
+  }
+  int j_begin, j_end;
+  if constexpr (Config::kSlicedFold) {
+    const int slices = slice_count(window.count);
+    j_begin = group * slices / Config::kGroups * kSliceCandidates;
+    j_end = min((group + 1) * slices / Config::kGroups * kSliceCandidates, window.count);
+  } else {
+    j_begin = group * window.count / Config::kGroups;
+    j_end = (group + 1) * window.count / Config::kGroups;
+  }
+  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc);
+  merge_groups<Config>(group, lane, staging, acc);
   float compressed[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(acc.weighted[k], acc.sum[k]);
   finish_event<Config>(p, compressed, lane, group == 0, target, norm, s_sum);
+}
+
+// Split unit `part` of split event `index` (one block; params.hpp): group g folds slice
+// part·kGroups + g into the step's partials scratch; the last unit of the event to finish merges
+// the partials in two_pass_event's shape (group g: left fold over its slices [g·S/G, (g+1)·S/G);
+// then the groups in group order) and stores the entry.
+template <class Config>
+__device__ __forceinline__ void split_event_unit(const KernelParams& p, int index, int part, int group, int lane,
+                                                 const float (&norm)[4], const Staging<Config>& staging,
+                                                 double* s_sum, int* s_last) {
+  constexpr int c = Config::kWidth;
+  const SplitEvent split = step_split_event(p, index);
+  const StepRequest& r = split.request;
+  const RingRows rows(p, r);
+  const EventWindow window = event_window<Config>(p, rows, r, split.event);
+  const int slice = part * Config::kGroups + group;
+  SoftmaxPartial partial = empty_partial();  // stays empty past the window's last slice
+  pool_candidates<Config, false>(rows, window, min(slice * kSliceCandidates, window.count),
+                                 min((slice + 1) * kSliceCandidates, window.count), lane, staging, partial);
+  float* partials = p.split_partials + static_cast<std::int64_t>(index) * kMaxSplitSlices * 3 * c;  // [16][3][c]
+  float* mine = partials + slice * 3 * c;
+  store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
+  store4(mine + c + 4 * lane, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
+  store4(mine + 2 * c + 4 * lane,
+         make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
+  __threadfence();  // this thread's partials are visible GPU-wide before its unit counts itself done
+  __syncthreads();  // every thread of the unit has stored and fenced
+  if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + index, 1) == Config::kSplitUnits - 1;
+  __syncthreads();
+  if (!*s_last) return;  // uniform across the block
+  __threadfence();       // acquire: the other units' partials (fenced before their counts) are seen after ours
+  if (threadIdx.x == 0) p.split_counters[index] = 0;  // every unit has counted: ready for the next launch
+  // Each thread copies its 4 channels of its group's slices' partials into its own staging slots
+  // (cp.async.cg reads L2, never a stale L1 line; one round trip for all of them), folds them into
+  // its group's chain, and the groups merge as in two_pass_event.
+  const int slices = slice_count(window.count);
+  const int first = group * slices / Config::kGroups, end = (group + 1) * slices / Config::kGroups;
+  static_assert(3 * kMaxSplitSlices / Config::kGroups <= Config::kStages * Config::kBatch * Config::kVectors,
+                "a thread's staging slots hold its group's partials");
+  for (int s = first; s < end; ++s) {
+    const float* stored = partials + s * 3 * c + 4 * lane;  // [3][c], written by other SMs
+    for (int v = 0; v < 3; ++v) copy_async16(staging.linear(3 * (s - first) + v), stored + v * c);
+  }
+  copy_async_commit();
+  copy_async_wait<0>();
+  SoftmaxPartial chain = empty_partial();
+  for (int s = first; s < end; ++s) {
+    SoftmaxPartial theirs;
+    to_array(*staging.linear(3 * (s - first)), theirs.max);
+    to_array(*staging.linear(3 * (s - first) + 1), theirs.sum);
+    to_array(*staging.linear(3 * (s - first) + 2), theirs.weighted);
+    merge_partial(chain, theirs);
+  }
+  merge_groups<Config>(group, lane, staging, chain);
+  float compressed[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(chain.weighted[k], chain.sum[k]);
+  finish_event<Config>(p, compressed, lane, group == 0, entry_target_in_page(p, r, split.event, split.page), norm,
+                       s_sum);
 }
 
 // Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
@@ -277,14 +417,15 @@ __device__ __forceinline__ int head_event_count(const KernelParams& p, const Ste
 // Whether the request's ring item writes its ring: whenever no ring row written this step can be
 // one the head's events read (no event, or end − first read position ≤ R: every decode step), so
 // the writes run in parallel with the head instead of in its critical path. Otherwise the head
-// writes them after all of its reads.
+// writes them after all of its reads. (launch.cu applies the same rule when it plans split events.)
 template <class Config>
 __device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                  int head_events) {
   return head_events == 0 || r.prefix + r.new_tokens - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
 }
 
-// Unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
+// Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
+// instantiations) unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
 // [num_items, num_items + ring_items) the ring items of the requests in order.
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
@@ -295,7 +436,22 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int unit = static_cast<int>(threadIdx.x) / Config::kUnitThreads;
   const int thread = static_cast<int>(threadIdx.x) % Config::kUnitThreads;
   const int group = thread / Config::kLanes, lane = thread % Config::kLanes;
-  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * Config::kUnitsPerBlock + unit;
+  std::int64_t block = blockIdx.x;
+  if constexpr (Config::kSplit) {
+    const std::int64_t split_blocks = static_cast<std::int64_t>(p.split_events_count) * Config::kSplitUnits;
+    if (block < split_blocks) {
+      __shared__ int s_last;
+      float norm[4];
+      load_norm<Config>(p, lane, norm);
+      const Staging<Config> staging(dynamic_shared);
+      split_event_unit<Config>(p, static_cast<int>(block / Config::kSplitUnits),
+                               static_cast<int>(block % Config::kSplitUnits), group, lane, norm, staging, s_sum,
+                               &s_last);
+      return;
+    }
+    block -= split_blocks;
+  }
+  const std::int64_t item = block * Config::kUnitsPerBlock + unit;
   if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
   if (item >= p.num_items) {  // a ring item
     const StepRequest r = step_request(p, item - p.num_items);
@@ -303,6 +459,10 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
     return;
   }
+  // The split instantiation runs only steps whose events are all split head events and whose ring
+  // items all write (launch.cu's rule: ≤ kSplitMaxNewTokens tokens per request, m > 8): its heads
+  // have nothing left to do, and it has no bodies.
+  if constexpr (Config::kSplit) return;
   float norm[4];
   load_norm<Config>(p, lane, norm);
   const Staging<Config> staging(dynamic_shared);
