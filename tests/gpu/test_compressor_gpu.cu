@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -67,6 +68,9 @@ struct CacheDiff {
   long values = 0, different = 0;  // codes and scales compared / not bit-equal
   long far = 0;                    // beyond the bound above
   std::string first_far;
+  long worst_entry_different = 0;  // the entry with the most differing values, for the failure message
+  std::string worst_entry;
+  std::string entry_scales;        // the last compared entry's scales, as text
 };
 
 // One quantization step of `format` at magnitude `a` (decoded units), the block's scale `scale`.
@@ -116,6 +120,9 @@ void compare_entry_values(const EntryLayout& layout, const std::uint8_t* got, co
       ++d.values;
       if (sg != sw) ++d.different;
       if (!(std::fabs(sg - sw) <= std::ldexp(std::fabs(sw), -7))) note_far("fp8 scale");
+      char text[96];
+      std::snprintf(text, sizeof text, "scale %.9g vs %.9g", static_cast<double>(sg), static_cast<double>(sw));
+      d.entry_scales = text;
       blocks.push_back({0, layout.dim, Grid::E4m3, sg, sw});
       for (int k = 0; k < layout.dim; ++k) d.different += got[k] != want[k];
       break;
@@ -156,7 +163,14 @@ CacheDiff compare_caches(const PagedCache& got, const PagedCache& want) {
     const int i = static_cast<int>(slot % per_page);
     layout.gather(g.data() + page, i, per_page, ge.data());
     layout.gather(w.data() + page, i, per_page, we.data());
+    const long before = d.different;
+    d.entry_scales.clear();
     compare_entry_values(layout, ge.data(), we.data(), slot, d);
+    if (d.different - before > d.worst_entry_different) {
+      d.worst_entry_different = d.different - before;
+      d.worst_entry = "slot " + std::to_string(slot) + " has " + std::to_string(d.worst_entry_different) +
+                      " differing values" + (d.entry_scales.empty() ? "" : " (" + d.entry_scales + ")");
+    }
   }
   return d;
 }
@@ -164,8 +178,8 @@ CacheDiff compare_caches(const PagedCache& got, const PagedCache& want) {
 void expect_caches_close(const PagedCache& got, const PagedCache& want, const std::string& where) {
   const CacheDiff d = compare_caches(got, want);
   EXPECT_EQ(d.far, 0) << where << ": " << d.first_far;
-  EXPECT_LE(static_cast<double>(d.different), 1e-3 * static_cast<double>(d.values)) << where << ": " << d.different
-                                                                                      << " of " << d.values;
+  EXPECT_LE(static_cast<double>(d.different), 1e-3 * static_cast<double>(d.values))
+      << where << ": " << d.different << " of " << d.values << "; most in one entry: " << d.worst_entry;
 }
 
 // Rows of a step: kv and score either as two contiguous tensors or as the two column halves of one
