@@ -487,6 +487,13 @@ std::vector<std::byte> SafetensorsWriter::to_bytes() const {
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
+  // The rename below would replace a file at `path` whatever its permissions (they guard the
+  // file's bytes, not its name), so refuse what a plain write would not do: replacing a file
+  // without write permission (its mode bits, which bind root too). A directory fails the rename.
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode) &&
+      ((existing.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0 || ::access(path.c_str(), W_OK) != 0))
+    throw Error(path, "exists and is read-only; not replacing it");
   const auto image = to_bytes();
   static std::atomic<unsigned> counter{0};
   // Same directory as `path`, so the rename is atomic (one file system).

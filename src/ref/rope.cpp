@@ -61,6 +61,9 @@ RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
 }
 
 float RopeTable::angle(std::int64_t position, int i) const {
+  if (position < 0) throw Error("position", "must be non-negative, got " + std::to_string(position));
+  if (i < 0 || i >= rope_dim() / 2)
+    throw Error("i", "pair " + std::to_string(i) + " is outside [0, " + std::to_string(rope_dim() / 2) + ")");
   return static_cast<float>(position) * frequencies_[static_cast<std::size_t>(i)];
 }
 

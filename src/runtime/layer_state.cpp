@@ -1,6 +1,7 @@
 // src/runtime/layer_state.cpp — an attention layer's pools and per-request states: construction,
 // opening and closing requests, validation of a step, rollback and accounting.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <set>
 #include <string>
@@ -14,14 +15,55 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Bound of max_rollback and window_step: keeps the int window ring size in range.
+constexpr int kMaxRingExtent = 1 << 24;
+
 void validate_options(const ModelConfig& model, const LayerOptions& o) {
   require(o.max_requests >= 1, "max_requests", "must be at least 1, got " + std::to_string(o.max_requests));
   require(o.max_tokens >= 1 && o.max_tokens <= model.max_positions, "max_tokens",
           "must be in [1, max_position_embeddings = " + std::to_string(model.max_positions) + "], got " +
               std::to_string(o.max_tokens));
-  require(o.max_rollback >= 0, "max_rollback", "must be non-negative, got " + std::to_string(o.max_rollback));
-  require(o.window_step >= 0, "window_step", "must be non-negative, got " + std::to_string(o.window_step));
+  // Upper bounds keep the int ring and pool sizes (max_requests + 1, W − 1 + max(window_step,
+  // max_rollback), the compressor rings) from overflowing.
+  require(o.max_requests < std::numeric_limits<int>::max(), "max_requests", "is too large");
+  require(o.max_rollback >= 0 && o.max_rollback <= kMaxRingExtent, "max_rollback",
+          "must be in [0, " + std::to_string(kMaxRingExtent) + "], got " + std::to_string(o.max_rollback));
+  require(o.window_step >= 0 && o.window_step <= kMaxRingExtent, "window_step",
+          "must be in [0, " + std::to_string(kMaxRingExtent) + "], got " + std::to_string(o.window_step));
   require(o.threads >= 1, "threads", "must be at least 1, got " + std::to_string(o.threads));
+}
+
+// The weights must be what layer_weight_specs lists for this layer (F32 on the host, those shapes,
+// the compressor exactly when ratio > 0, the indexer exactly on CSA layers): the step reads them
+// unchecked. A sink that sparse_attention refuses (NaN, +inf) is refused here, before any request
+// exists, instead of in the middle of a step after the compressors have run.
+void validate_weights(const ModelConfig& model, const LayerWeights& w) {
+  const int layer = w.layer.index;
+  require(w.compressor.has_value() == (w.layer.ratio > 0), "weights",
+          "layer " + std::to_string(layer) + " of ratio " + std::to_string(w.layer.ratio) +
+              (w.layer.ratio > 0 ? " needs its compressor weights" : " has no compressor, yet compressor weights are given"));
+  require(w.indexer.has_value() == layer_has_indexer(w.layer), "weights",
+          "layer " + std::to_string(layer) +
+              (layer_has_indexer(w.layer) ? " is a CSA layer and needs its indexer weights" : " has no indexer, yet indexer weights are given"));
+  // The order of layer_weight_specs (as load_layer_weights fills them).
+  std::vector<const Tensor*> tensors = {&w.wq_a, &w.q_norm, &w.wq_b, &w.wkv, &w.kv_norm, &w.wo_a, &w.wo_b, &w.attn_sink};
+  const auto add_compressor = [&](const LayerWeights::Compressor& c) {
+    tensors.insert(tensors.end(), {&c.wkv, &c.wgate, &c.ape, &c.norm});
+  };
+  if (w.compressor) add_compressor(*w.compressor);
+  if (w.indexer) {
+    tensors.insert(tensors.end(), {&w.indexer->wq_b, &w.indexer->weights_proj});
+    add_compressor(w.indexer->compressor);
+  }
+  const std::vector<WeightSpec> specs = layer_weight_specs(model, layer);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    check_tensor(tensors[i]->view(), checkpoint_weight_name(layer, specs[i]), DType::F32, specs[i].shape, Device::CPU);
+  }
+  const float* sink = w.attn_sink.data_as<const float>();  // [H], specs[7]
+  for (std::int64_t h = 0; h < w.attn_sink.numel(); ++h) {
+    if (std::isnan(sink[h]) || sink[h] == std::numeric_limits<float>::infinity())
+      throw Error(checkpoint_weight_name(layer, specs[7]), "head " + std::to_string(h) + " holds NaN or +inf");
+  }
 }
 
 std::int64_t bytes_of(const CompressorStatePool& pool) {
@@ -37,6 +79,7 @@ detail::AttentionLayerImpl::AttentionLayerImpl(const ModelConfig& model_, LayerW
   const int index = weights.layer.index;
   require(weights.layer == layer_config(model, index), "weights",
           "were loaded for another configuration of layer " + std::to_string(index));
+  validate_weights(model, weights);
   const int max_requests = options.max_requests;
 
   window_ring = model.window - 1 + std::max(options.window_step, options.max_rollback);
@@ -58,7 +101,6 @@ detail::AttentionLayerImpl::AttentionLayerImpl(const ModelConfig& model_, LayerW
     compressor_spec = make(false);
     compressor_pool = CompressorStatePool(*compressor_spec, max_requests + 1);
     compressed = make_compressed_cache(*compressor_spec, model.page_size, static_cast<int>(num_pages));
-    require(weights.compressor.has_value(), "weights", "a layer of ratio > 0 needs its compressor weights");
     if (weights.indexer) {
       indexer_spec = make(true);
       indexer_pool = CompressorStatePool(*indexer_spec, max_requests + 1);

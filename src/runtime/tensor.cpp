@@ -2,6 +2,7 @@
 #include "dsv4/tensor.hpp"
 
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #if defined(DSV4_WITH_CUDA)
@@ -24,6 +25,20 @@ std::string shape_string(const Shape& shape) {
   return os.str();
 }
 
+namespace {
+// Error(name) unless every extent is non-negative and the byte size fits int64.
+void check_extents(const Shape& shape, DType dtype, const std::string& name) {
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
+  for (const std::int64_t extent : shape) {
+    if (extent < 0) throw Error(name, "negative extent in shape " + shape_string(shape));
+    // Checked before multiplying: numel() and nbytes() would otherwise wrap.
+    if (extent != 0 && bytes > std::numeric_limits<std::int64_t>::max() / extent)
+      throw Error(name, "shape " + shape_string(shape) + " has more bytes than int64 can count");
+    bytes *= extent;
+  }
+}
+}  // namespace
+
 void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
                   Device device) {
   require(view.dtype == dtype, name,
@@ -33,6 +48,8 @@ void check_tensor(const TensorView& view, const std::string& name, DType dtype, 
   bool same = view.shape.size() == expected.size();
   for (std::size_t i = 0; same && i < expected.size(); ++i) same = expected[i] < 0 || expected[i] == view.shape[i];
   require(same, name, "expected shape " + shape_string(expected) + ", got " + shape_string(view.shape));
+  // A wildcard (-1) extent accepts any size, but the view's own extents must still describe memory.
+  check_extents(view.shape, view.dtype, name);
   require(view.data != nullptr || view.numel() == 0, name, "null data pointer");
 }
 
@@ -71,7 +88,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 }  // namespace
 
 Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
-  for (auto d : shape) require(d >= 0, "shape", "negative extent in " + shape_string(shape));
+  check_extents(shape, dtype, "shape");
   Tensor t;
   t.view_.dtype = dtype;
   t.view_.shape = std::move(shape);
