@@ -1,6 +1,7 @@
 // `dsv4 make-weights`, `dsv4 run-layer` and `dsv4 demo` as a user runs them: contracts of
 // docs/cli.md, bit-identical files for any --chunks, and errors that exit non-zero without writing.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -210,6 +211,61 @@ TEST(CliRunLayer, ErrorsExitNonZeroWithoutWritingTheOutput) {
                                  &output),
             0);
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Damaged files (cut short in the data or in the header), a weight of the wrong dtype, a number
+// too large for --chunks, and outputs that must not be replaced: a read-only file (unchanged
+// afterwards, for every subcommand) and a directory. Each exits non-zero with a message naming the
+// culprit and leaves no output or temporary file.
+TEST(CliRunLayer, HostileFilesAndOutputsExitNonZeroWithoutWriting) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::string dir = testing::temp_dir(), out = dir + "/out.safetensors";
+  const std::string w1 = make_weights(dir, 1, rng());
+  const std::string x = write_input(dir, rng, 12, DType::F32);
+  const std::string weights = read_bytes(w1), input = read_bytes(x);
+  const auto write_file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  std::uint64_t header_length = 0;
+  std::copy_n(weights.data(), 8, reinterpret_cast<char*>(&header_length));
+  const std::string cut_data = write_file("cut_data.safetensors", weights.substr(0, weights.size() - 1 - rng() % 1000));
+  const std::string cut_header = write_file("cut_header.safetensors", weights.substr(0, 8 + header_length / 2));
+  const std::string cut_input = write_file("cut_input.safetensors", input.substr(0, input.size() - 4));
+  // attn_sink declared I32 instead of F32: same size, same offsets.
+  std::string retyped = weights;
+  const std::size_t sink = retyped.find("\"layers.1.attn.attn_sink\":{\"dtype\":\"F32\"");
+  ASSERT_NE(sink, std::string::npos);
+  retyped.replace(retyped.find("F32", sink), 3, "I32");
+  const std::string wrong_dtype = write_file("wrong_dtype.safetensors", retyped);
+  const std::string read_only = write_file("read_only.safetensors", "keep me");
+  ASSERT_EQ(::chmod(read_only.c_str(), 0444), 0);
+  fs::create_directory(dir + "/a_directory");
+
+  const std::string layer = "--layer 1 --weights ";
+  const struct {
+    std::string command, message, output;
+  } cases[] = {
+      {"run-layer --config tiny " + layer + cut_data + " --in " + x, "cut_data.safetensors", out},
+      {"run-layer --config tiny " + layer + cut_header + " --in " + x, "cut_header.safetensors", out},
+      {"run-layer --config tiny " + layer + w1 + " --in " + cut_input, "cut_input.safetensors", out},
+      {"run-layer --config tiny " + layer + wrong_dtype + " --in " + x, "layers.1.attn.attn_sink", out},
+      {"run-layer --config tiny " + layer + w1 + " --in " + x + " --chunks 99999999999999999999", "--chunks", out},
+      {"run-layer --config tiny " + layer + w1 + " --in " + x, "read-only", read_only},
+      {"run-layer --config tiny " + layer + w1 + " --in " + x, "a_directory", dir + "/a_directory"},
+      {"make-weights --config tiny --layer 1", "read-only", read_only},
+      {"compress --config tiny --layer 1 --in " + cut_input, "cut_input.safetensors", out},
+  };
+  for (const auto& c : cases) {
+    std::string output;
+    EXPECT_NE(testing::run_command(cli() + " " + c.command + " --out " + c.output, &output), 0) << c.command;
+    EXPECT_NE(output.find(c.message), std::string::npos) << c.command << "\n" << output;
+    EXPECT_FALSE(fs::exists(out)) << c.command;
+  }
+  EXPECT_EQ(read_bytes(read_only), "keep me");
+  EXPECT_TRUE(fs::is_directory(dir + "/a_directory"));
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
 }
 
 TEST(CliMakeWeights, ErrorsExitNonZeroWithoutWritingTheOutput) {
