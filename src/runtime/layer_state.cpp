@@ -15,7 +15,7 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// Bound of max_rollback and window_step: keeps the int window ring size in range.
+// Bound of W, max_rollback and window_step: keeps the int window ring size in range.
 constexpr int kMaxRingExtent = 1 << 24;
 
 void validate_options(const ModelConfig& model, const LayerOptions& o) {
@@ -26,6 +26,8 @@ void validate_options(const ModelConfig& model, const LayerOptions& o) {
   // Upper bounds keep the int ring and pool sizes (max_requests + 1, W − 1 + max(window_step,
   // max_rollback), the compressor rings) from overflowing.
   require(o.max_requests < std::numeric_limits<int>::max(), "max_requests", "is too large");
+  require(model.window <= kMaxRingExtent, "sliding_window",
+          "must be at most " + std::to_string(kMaxRingExtent) + " for the window ring, got " + std::to_string(model.window));
   require(o.max_rollback >= 0 && o.max_rollback <= kMaxRingExtent, "max_rollback",
           "must be in [0, " + std::to_string(kMaxRingExtent) + "], got " + std::to_string(o.max_rollback));
   require(o.window_step >= 0 && o.window_step <= kMaxRingExtent, "window_step",

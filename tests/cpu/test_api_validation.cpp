@@ -172,6 +172,11 @@ TEST(ApiValidation, LayerOptionsThatWouldOverflowRingSizesAreRefused) {
   options = {};
   options.max_requests = big;
   expect_error("max_requests", [&] { AttentionLayer(tiny(), w, options); });
+  ModelConfig wide = tiny();
+  wide.window = big;  // a config.json's sliding_window: valid for the config, too wide for the ring
+  LayerWeights for_wide = w;
+  for_wide.layer = layer_config(wide, kHca);
+  expect_error("sliding_window", [&] { AttentionLayer(wide, for_wide); });
 }
 
 // A refused forward must leave the layer exactly as it was: continuing gives the bytes of a layer
