@@ -237,21 +237,28 @@ ModelConfig load_model_config(const std::string& name_or_path) {
 }
 
 void validate_model_config(const ModelConfig& c) {
-  auto positive = [](std::int64_t v, const char* key) {
-    require(v > 0, key, "must be positive, got " + std::to_string(v));
+  // Upper bounds far above every published model (hidden 7168, 128 heads, ranks ≤ 1536, window 128,
+  // page 256) but low enough that a layer's weights and rings stay countable: a config beyond them is
+  // refused naming its key instead of failing later in an allocation.
+  constexpr std::int64_t kMaxWidth = 1 << 16, kMaxHeads = 1 << 12, kMaxWindow = 1 << 20, kMaxPage = 1 << 16;
+  auto positive = [](std::int64_t v, const char* key, std::int64_t most = std::numeric_limits<std::int64_t>::max()) {
+    require(v > 0 && v <= most, key,
+            most == std::numeric_limits<std::int64_t>::max()
+                ? "must be positive, got " + std::to_string(v)
+                : "must be in [1, " + std::to_string(most) + "], got " + std::to_string(v));
   };
-  positive(c.hidden_size, "hidden_size");
-  positive(c.num_heads, "num_attention_heads");
+  positive(c.hidden_size, "hidden_size", kMaxWidth);
+  positive(c.num_heads, "num_attention_heads", kMaxHeads);
   positive(c.head_dim, "head_dim");
   positive(c.rope_dim, "qk_rope_head_dim");
-  positive(c.q_lora_rank, "q_lora_rank");
-  positive(c.o_lora_rank, "o_lora_rank");
+  positive(c.q_lora_rank, "q_lora_rank", kMaxWidth);
+  positive(c.o_lora_rank, "o_lora_rank", kMaxWidth);
   positive(c.o_groups, "o_groups");
-  positive(c.window, "sliding_window");
-  positive(c.index_heads, "index_n_heads");
-  positive(c.index_head_dim, "index_head_dim");
+  positive(c.window, "sliding_window", kMaxWindow);
+  positive(c.index_heads, "index_n_heads", kMaxHeads);
+  positive(c.index_head_dim, "index_head_dim", kMaxWidth);
   positive(c.max_positions, "max_position_embeddings");
-  positive(c.page_size, "page_size");
+  positive(c.page_size, "page_size", kMaxPage);
 
   require(c.rope_dim % 2 == 0, "qk_rope_head_dim", "must be even (RoPE rotates pairs), got " + std::to_string(c.rope_dim));
   require(c.rope_dim < c.head_dim, "qk_rope_head_dim",
