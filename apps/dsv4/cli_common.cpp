@@ -2,10 +2,21 @@
 
 #include <cstddef>
 #include <exception>
+#include <filesystem>
+#include <system_error>
 
 #include "dsv4/error.hpp"
 
 namespace dsv4::cli {
+
+void require_output_distinct(const std::string& out, const std::vector<std::pair<std::string, std::string>>& inputs) {
+  namespace fs = std::filesystem;
+  for (const auto& [option, path] : inputs) {
+    std::error_code error;
+    const bool same = fs::equivalent(out, path, error);  // false (with an error) while `out` does not exist
+    require(!(same && !error), "--out", "is the same file as " + option + " (" + path + ")");
+  }
+}
 
 std::vector<std::int64_t> parse_chunk_sizes(const std::string& text, std::int64_t total, const std::string& what) {
   if (text.empty()) return {total};

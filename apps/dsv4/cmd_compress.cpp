@@ -43,6 +43,7 @@ int compress_file(const CompressOptions& o) {
   const ModelConfig model = load_model_config(o.config);
   const CompressorSpec spec = CompressorSpec::for_layer(model, o.layer, o.indexer, format, o.online);
 
+  require_output_distinct(o.out, {{"--in", o.in}});
   const SafetensorsFile in = SafetensorsFile::open(o.in);
   const Tensor kv = in.read_raw("kv", DType::F32, {-1, spec.row_width()});
   const Tensor score = in.read_raw("score", DType::F32, kv.shape());

@@ -36,6 +36,7 @@ int run_layer(const RunLayerOptions& o) {
   const LayerConfig lc = layer_config(model, o.layer);
 
   // Everything is read and checked before anything runs; the output is written atomically at the end.
+  require_output_distinct(o.out, {{"--weights", o.weights}, {"--in", o.in}});
   LayerWeights weights = load_layer_weights(o.weights, model, o.layer);
   const SafetensorsFile in = SafetensorsFile::open(o.in);
   const TensorInfo& x_info = in.info("x");

@@ -255,6 +255,10 @@ TEST(CliRunLayer, HostileFilesAndOutputsExitNonZeroWithoutWriting) {
       {"run-layer --config tiny " + layer + w1 + " --in " + x, "a_directory", dir + "/a_directory"},
       {"make-weights --config tiny --layer 1", "read-only", read_only},
       {"compress --config tiny --layer 1 --in " + cut_input, "cut_input.safetensors", out},
+      // --out naming an input: refused before anything is read or written (the input stays intact).
+      {"run-layer --config tiny " + layer + w1 + " --in " + x, "same file as --in", x},
+      {"run-layer --config tiny " + layer + w1 + " --in " + x, "same file as --weights", w1},
+      {"compress --config tiny --layer 1 --in " + cut_input, "same file as --in", cut_input},
   };
   for (const auto& c : cases) {
     std::string output;
@@ -263,6 +267,9 @@ TEST(CliRunLayer, HostileFilesAndOutputsExitNonZeroWithoutWriting) {
     EXPECT_FALSE(fs::exists(out)) << c.command;
   }
   EXPECT_EQ(read_bytes(read_only), "keep me");
+  EXPECT_EQ(read_bytes(x), input);
+  EXPECT_EQ(read_bytes(cut_input), input.substr(0, input.size() - 4));
+  EXPECT_EQ(read_bytes(w1), weights);
   EXPECT_TRUE(fs::is_directory(dir + "/a_directory"));
   for (const auto& entry : fs::directory_iterator(dir))
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
