@@ -37,7 +37,13 @@ void add_make_weights_command(CLI::App& app, Action& run) {
   sub->add_option("--config", options->config, "preset (flash, pro, tiny) or path to a config.json")->required();
   sub->add_option("--layer", options->layer, "layer index (its compress ratio decides which tensors exist)")
       ->required();
-  sub->add_option("--seed", options->seed, "random seed (same seed, same bytes)")->capture_default_str();
+  sub->add_option("--seed", options->seed, "random seed (same seed, same bytes)")
+      ->capture_default_str()
+      ->check(CLI::Validator(  // "-1" would otherwise wrap to 2^64 - 1
+          [](std::string& text) {
+            return text.find('-') == std::string::npos ? std::string() : "must be a non-negative integer, got " + text;
+          },
+          "UINT64"));
   sub->add_option("--out", options->out, "output .safetensors file (written atomically)")->required();
   sub->callback([&run, options] { run = [options] { return make_weights(*options); }; });
 }

@@ -278,7 +278,7 @@ TEST(CliRunLayer, HostileFilesAndOutputsExitNonZeroWithoutWriting) {
 TEST(CliMakeWeights, ErrorsExitNonZeroWithoutWritingTheOutput) {
   const std::string dir = testing::temp_dir(), out = dir + "/w.safetensors";
   for (const std::string args : {"--config tiny --layer 4", "--config tiny --layer -1", "--config nonesuch --layer 0",
-                                 "--config tiny --layer 0 --seed banana"}) {
+                                 "--config tiny --layer 0 --seed banana", "--config tiny --layer 0 --seed -1"}) {
     std::string output;
     EXPECT_NE(testing::run_command(cli() + " make-weights " + args + " --out " + out, &output), 0) << args;
     EXPECT_FALSE(fs::exists(out)) << args;
