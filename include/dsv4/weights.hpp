@@ -74,6 +74,11 @@ struct LayerWeights {
   std::optional<Indexer> indexer;        // CSA layers (layer_has_indexer)
 };
 
+// The tensors of `w` in layer_weight_specs order: the eight attention tensors, then the compressor's
+// four when present, then the indexer's two and its compressor's four when present.
+std::vector<Tensor*> layer_weight_tensors(LayerWeights& w);
+std::vector<const Tensor*> layer_weight_tensors(const LayerWeights& w);
+
 // Loads layer `layer` of `model` from `file`. Names are looked up under "layers.{i}.attn.", also
 // accepting a leading "model." and "self_attn" for "attn"; an e4m3 matrix's scale may be named
 // ".scale" or ".weight_scale_inv". Tensors of other layers or other modules are ignored.

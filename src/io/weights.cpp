@@ -204,31 +204,32 @@ void dequantize_block_e4m3(const std::uint8_t* codes, std::int64_t rows, std::in
   }
 }
 
+namespace {
+// One order for both constness variants (T = Tensor or const Tensor).
+template <class T, class Weights>
+std::vector<T*> tensors_in_spec_order(Weights& w) {
+  std::vector<T*> tensors = {&w.wq_a, &w.q_norm, &w.wq_b, &w.wkv, &w.kv_norm, &w.wo_a, &w.wo_b, &w.attn_sink};
+  const auto add_compressor = [&](auto& c) { tensors.insert(tensors.end(), {&c.wkv, &c.wgate, &c.ape, &c.norm}); };
+  if (w.compressor) add_compressor(*w.compressor);
+  if (w.indexer) {
+    tensors.insert(tensors.end(), {&w.indexer->wq_b, &w.indexer->weights_proj});
+    add_compressor(w.indexer->compressor);
+  }
+  return tensors;
+}
+}  // namespace
+
+std::vector<Tensor*> layer_weight_tensors(LayerWeights& w) { return tensors_in_spec_order<Tensor>(w); }
+std::vector<const Tensor*> layer_weight_tensors(const LayerWeights& w) { return tensors_in_spec_order<const Tensor>(w); }
+
 LayerWeights load_layer_weights(const SafetensorsFile& file, const ModelConfig& model, int layer) {
   LayerWeights w;
   w.layer = layer_config(model, layer);
+  if (w.layer.ratio > 0) w.compressor.emplace();
+  if (layer_has_indexer(w.layer)) w.indexer.emplace();
   const auto specs = layer_weight_specs(model, layer);
-  std::vector<Tensor> tensors;
-  tensors.reserve(specs.size());
-  for (const auto& spec : specs) tensors.push_back(read_weight(file, layer, spec));
-
-  // The order of layer_weight_specs.
-  std::size_t i = 0;
-  for (Tensor* t : {&w.wq_a, &w.q_norm, &w.wq_b, &w.wkv, &w.kv_norm, &w.wo_a, &w.wo_b, &w.attn_sink})
-    *t = std::move(tensors[i++]);
-  const auto take_compressor = [&] {
-    LayerWeights::Compressor c;
-    for (Tensor* t : {&c.wkv, &c.wgate, &c.ape, &c.norm}) *t = std::move(tensors[i++]);
-    return c;
-  };
-  if (w.layer.ratio > 0) w.compressor = take_compressor();
-  if (layer_has_indexer(w.layer)) {
-    LayerWeights::Indexer idx;
-    idx.wq_b = std::move(tensors[i++]);
-    idx.weights_proj = std::move(tensors[i++]);
-    idx.compressor = take_compressor();
-    w.indexer = std::move(idx);
-  }
+  const std::vector<Tensor*> tensors = layer_weight_tensors(w);
+  for (std::size_t i = 0; i < specs.size(); ++i) *tensors[i] = read_weight(file, layer, specs[i]);
   return w;
 }
 

@@ -47,16 +47,7 @@ void validate_weights(const ModelConfig& model, const LayerWeights& w) {
   require(w.indexer.has_value() == layer_has_indexer(w.layer), "weights",
           "layer " + std::to_string(layer) +
               (layer_has_indexer(w.layer) ? " is a CSA layer and needs its indexer weights" : " has no indexer, yet indexer weights are given"));
-  // The order of layer_weight_specs (as load_layer_weights fills them).
-  std::vector<const Tensor*> tensors = {&w.wq_a, &w.q_norm, &w.wq_b, &w.wkv, &w.kv_norm, &w.wo_a, &w.wo_b, &w.attn_sink};
-  const auto add_compressor = [&](const LayerWeights::Compressor& c) {
-    tensors.insert(tensors.end(), {&c.wkv, &c.wgate, &c.ape, &c.norm});
-  };
-  if (w.compressor) add_compressor(*w.compressor);
-  if (w.indexer) {
-    tensors.insert(tensors.end(), {&w.indexer->wq_b, &w.indexer->weights_proj});
-    add_compressor(w.indexer->compressor);
-  }
+  const std::vector<const Tensor*> tensors = layer_weight_tensors(w);
   const std::vector<WeightSpec> specs = layer_weight_specs(model, layer);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     check_tensor(tensors[i]->view(), checkpoint_weight_name(layer, specs[i]), DType::F32, specs[i].shape, Device::CPU);
