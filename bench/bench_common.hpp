@@ -133,6 +133,31 @@ class Report {
   std::vector<nlohmann::json> records_;
 };
 
+// A CUDA graph of what `enqueue` puts on `stream` (captured and instantiated; freed with the object),
+// for timing a step the way a serving loop replays it.
+class CapturedGraph {
+ public:
+  CapturedGraph(cudaStream_t stream, const std::function<void(cudaStream_t)>& enqueue) {
+    cudaGraph_t graph;
+    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+    enqueue(stream);
+    check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+    check_cuda(cudaGraphInstantiate(&exec_, graph, 0), "instantiate");
+    cudaGraphDestroy(graph);
+  }
+  CapturedGraph(CapturedGraph&& other) noexcept : exec_(other.exec_) { other.exec_ = nullptr; }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(CapturedGraph&&) = delete;
+  ~CapturedGraph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  }
+  void launch(cudaStream_t stream) const { check_cuda(cudaGraphLaunch(exec_, stream), "graph launch"); }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 #if defined(__CUDACC__)
 // Deterministic random bits for the benches' fill kernels: splitmix64 of (seed, index).
 __device__ inline std::uint64_t mix64(std::uint64_t x) {

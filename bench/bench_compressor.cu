@@ -293,26 +293,19 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   // The kernel reads small steps' metadata from its parameters; `in_memory` times the same kernel
   // reading it from device_layout (what the parameters save).
   const auto graph_of = [&](bool with_upload, cuda::StepMetadata metadata) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-    if (with_upload) {
-      check_cuda(cudaMemcpyAsync(device_layout, pinned, step.layout.bytes.size(), cudaMemcpyHostToDevice, stream), "upload");
-    }
-    cuda::launch_compress_step(step.args, step.layout, device_layout, stream, metadata);
-    check_cuda(cudaStreamEndCapture(stream, &graph), "end capture");
-    check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaGraphDestroy(graph);
-    return exec;
+    return bench::CapturedGraph(stream, [&](cudaStream_t s) {
+      if (with_upload) {
+        check_cuda(cudaMemcpyAsync(device_layout, pinned, step.layout.bytes.size(), cudaMemcpyHostToDevice, s), "upload");
+      }
+      cuda::launch_compress_step(step.args, step.layout, device_layout, s, metadata);
+    });
   };
-  cudaGraphExec_t kernel_only = graph_of(false, cuda::StepMetadata::InParametersWhenSmall),
-                  with_upload = graph_of(true, cuda::StepMetadata::InParametersWhenSmall),
-                  in_memory = graph_of(false, cuda::StepMetadata::InDeviceMemory);
-  const double us = bench::time_us([&](cudaStream_t s) { check_cuda(cudaGraphLaunch(kernel_only, s), "graph launch"); }, stream);
-  const double in_memory_us =
-      bench::time_us([&](cudaStream_t s) { check_cuda(cudaGraphLaunch(in_memory, s), "graph launch"); }, stream);
-  const double upload_us =
-      bench::time_us([&](cudaStream_t s) { check_cuda(cudaGraphLaunch(with_upload, s), "graph launch"); }, stream);
+  const bench::CapturedGraph kernel_only = graph_of(false, cuda::StepMetadata::InParametersWhenSmall),
+                             with_upload = graph_of(true, cuda::StepMetadata::InParametersWhenSmall),
+                             in_memory = graph_of(false, cuda::StepMetadata::InDeviceMemory);
+  const double us = bench::time_us([&](cudaStream_t s) { kernel_only.launch(s); }, stream);
+  const double in_memory_us = bench::time_us([&](cudaStream_t s) { in_memory.launch(s); }, stream);
+  const double upload_us = bench::time_us([&](cudaStream_t s) { with_upload.launch(s); }, stream);
 
   // Replays are idempotent (no step writes state its reads use), so the reference runs on the
   // state from before the timing; the kernel runs once more with the compressed rows as output.
@@ -324,9 +317,6 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   check_cuda(cudaStreamSynchronize(stream), "decode check");
   const bool checked = step.check_against_reference(host_vector<float>(compressed), host_vector<std::uint8_t>(step.cache.storage()),
                                                     state_before);
-  cudaGraphExecDestroy(kernel_only);
-  cudaGraphExecDestroy(with_upload);
-  cudaGraphExecDestroy(in_memory);
   cudaStreamDestroy(stream);
   cudaFree(device_layout);
   cudaFreeHost(pinned);

@@ -129,13 +129,8 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
   };
   call();  // first call outside the capture (sets the kernel attributes)
   check_cuda(cudaStreamSynchronize(stream), "first call");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  call();
-  check_cuda(cudaStreamEndCapture(stream, &graph), "capture end");
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  const double us = dsv4::bench::time_us([&](cudaStream_t s) { cudaGraphLaunch(exec, s); }, stream, {3, 20, flush_l2});
+  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { call(); });
+  const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, flush_l2});
 
   // Check two rows (first 8 heads) against the CPU reference.
   const int check_heads = std::min(c.heads, 8);
@@ -172,8 +167,6 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
              {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split},
               {"gathered_GBps", bytes / (us * 1e3)}},
              us, "TFLOP/s", flops / (us * 1e6), kBf16Ceiling, ok);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

@@ -47,18 +47,14 @@ std::string case_name(int batch, std::int64_t n, int k) {
 double in_pipeline_us(const std::function<void(cudaStream_t)>& launch) {
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
-  launch(stream);
-  check_cuda(cudaStreamEndCapture(stream, &graph), "capture");
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  constexpr int kReplays = 10;
-  const double us = bench::time_us([&](cudaStream_t s) {
-    for (int i = 0; i < kReplays; ++i) check_cuda(cudaGraphLaunch(exec, s), "graph launch");
-  }, stream, {3, 20, false}) / kReplays;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  double us = 0;
+  {
+    const bench::CapturedGraph graph(stream, launch);
+    constexpr int kReplays = 10;
+    us = bench::time_us([&](cudaStream_t s) {
+      for (int i = 0; i < kReplays; ++i) graph.launch(s);
+    }, stream, {3, 20, false}) / kReplays;
+  }
   cudaStreamDestroy(stream);
   return us;
 }
