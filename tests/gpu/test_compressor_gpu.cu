@@ -743,6 +743,7 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   const RunResult four_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult four_chunked = run_gpu_chunks(s, stream, chunked, page_size);
   cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSM);
+  ASSERT_EQ(cuda::short_window_prefill(), ShortWindowPrefill::FiveBlocksPerSM);
   const RunResult five_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult five_chunked = run_gpu_chunks(s, stream, chunked, page_size);
   ASSERT_FALSE(four_whole.entries.empty());
