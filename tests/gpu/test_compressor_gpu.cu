@@ -722,6 +722,41 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   }
 }
 
+// Short-window (C4) steps with body items run one of two instantiations of the same kernel source
+// (4 or 5 blocks per SM, cuda::short_window_prefill); decode steps always the 4-block one. Both
+// must write the same bytes: one stream fed whole and as chunked prefill under each schedule gives
+// bit-identical rows, entries and caches, and rows within the reference's tolerance.
+TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
+  using cuda::compressor::ShortWindowPrefill;
+  const CompressorSpec s = spec();
+  if (s.online || s.coff() * s.ratio > 16) GTEST_SKIP() << "not a two-pass short window";
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t m = s.ratio;
+  const Stream stream = random_stream(rng, s, 70 * m + m / 2 + 1);
+  const int page_size = 8 * s.ratio;
+  const std::vector<std::int64_t> chunked = random_chunks(rng, stream.tokens, 3 * m + 9);
+  struct Restore {  // the schedule in force before, also when an assertion returns early
+    ShortWindowPrefill before;
+    ~Restore() { cuda::set_short_window_prefill(before); }
+  };
+  const Restore restore{cuda::set_short_window_prefill(ShortWindowPrefill::FourBlocksPerSM)};
+  const RunResult four_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult four_chunked = run_gpu_chunks(s, stream, chunked, page_size);
+  cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSM);
+  ASSERT_EQ(cuda::short_window_prefill(), ShortWindowPrefill::FiveBlocksPerSM);
+  const RunResult five_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult five_chunked = run_gpu_chunks(s, stream, chunked, page_size);
+  ASSERT_FALSE(four_whole.entries.empty());
+  for (const RunResult* run : {&four_chunked, &five_whole, &five_chunked}) {
+    const std::string which = run == &four_chunked ? "4 blocks, chunked" : run == &five_whole ? "5 blocks, whole" : "5 blocks, chunked";
+    EXPECT_TRUE(run->compressed == four_whole.compressed) << which;
+    EXPECT_TRUE(run->entries == four_whole.entries) << which;
+    EXPECT_TRUE(run->cache == four_whole.cache) << which;
+  }
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(five_whole.compressed, cpu.compressed, s.width, "5 blocks per SM vs CPU");
+}
+
 TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   std::mt19937_64 rng(testing::fresh_seed());
   const CompressorSpec s = spec();

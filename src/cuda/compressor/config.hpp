@@ -40,6 +40,9 @@ struct StagingConfig {
   static constexpr bool kStageApe = kStageApe_; // copy the ape row too (large ape: C128); else __ldg (L1-hot)
   static constexpr int kVectors = kStageApe ? 3 : 2;
   static constexpr int kBytes = kStages * kBatch * kVectors * 16 * kBlockThreads;  // dynamic shared memory
+  // Host only: ask for a shared-memory carveout that holds kMinBlocksPerSM blocks (where that needs
+  // a larger configuration than the driver might pick; the rest of the SM's memory stays L1).
+  static constexpr bool kCarveoutForMinBlocks = false;
 };
 
 constexpr int two_pass_groups(int width, bool long_window) { return !long_window ? 1 : width >= 512 ? 2 : 4; }
@@ -78,6 +81,20 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   static_assert(!kSplit || kLongWindow, "only long windows are split");
   static_assert(!kLongWindow || Unit::kUnitsPerBlock == 1, "a split unit is one block");
   static_assert(kMaxSplitSlices % Unit::kGroups == 0, "every split unit folds one slice per group");
+};
+
+// Short-window prefill with 5 blocks per SM (ShortWindowPrefill::FiveBlocksPerSM, params.hpp): the
+// same kernel source and staging as TwoPassConfig<kWidth, false>, only __launch_bounds__ asks for 5
+// blocks of 128 threads, capping registers at 96 (ptxas: 96, no spill; 118 / 112 at 4 blocks). A
+// C4 event is a long dependent chain (copies → fold → RMSNorm → RoPE → encode → store) of ~7000
+// warp instructions; 20 instead of 16 warps per SM keep 25% more windows in flight and give the
+// schedulers more independent chains. 5 × (32 KB + 1 KB) of shared memory needs the 196 KB
+// configuration (the 4-block kernel ran in 164 KB), asked for at the first launch.
+// The arithmetic is the PTX's (explicitly rounded operations), so the bytes are the 4-block kernel's.
+template <int kWidth>
+struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
+  static constexpr int kMinBlocksPerSM = 5;
+  static constexpr bool kCarveoutForMinBlocks = true;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two

@@ -10,8 +10,11 @@ namespace dsv4::cuda::compressor {
 
 // Launch the kernel of `params` (num_items ≥ 1) on `stream` and return cudaGetLastError().
 //   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
-//   params.split_events_count > 0: the split-unit (decode) kernel of a long window.
-cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream);  // c = 512
-cudaError_t launch_indexer_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream);    // c = 128
+//   params.split_events_count > 0: the split-unit (decode) kernel of a long window;
+//   short_window: the instantiation of a short-window two-pass step (ignored otherwise).
+cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window,
+                                   ShortWindowPrefill short_window, cudaStream_t stream);  // c = 512
+cudaError_t launch_indexer_width(const KernelParams& params, bool online, bool long_window,
+                                 ShortWindowPrefill short_window, cudaStream_t stream);  // c = 128
 
 }  // namespace dsv4::cuda::compressor

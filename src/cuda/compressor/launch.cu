@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -52,7 +54,32 @@ bool ring_writes_in_parallel(const CompressorSpec& spec, const StepRequest& r, s
   return r.prefix + r.new_tokens - first_read <= ring_rows;
 }
 
+constexpr const char* kShortWindowPrefillVariable = "DSV4_C4_PREFILL_BLOCKS_PER_SM";
+
+compressor::ShortWindowPrefill short_window_prefill_from_environment() {
+  const char* value = std::getenv(kShortWindowPrefillVariable);
+  if (value == nullptr || std::strcmp(value, "4") == 0) return compressor::ShortWindowPrefill::FourBlocksPerSM;
+  if (std::strcmp(value, "5") == 0) return compressor::ShortWindowPrefill::FiveBlocksPerSM;
+  throw Error(kShortWindowPrefillVariable, std::string("must be 4 or 5 (blocks per SM), got \"") + value + "\"");
+}
+
+// The override of set_short_window_prefill; 0 while none.
+std::atomic<std::int32_t> short_window_prefill_override{0};
+
 }  // namespace
+
+compressor::ShortWindowPrefill short_window_prefill() {
+  const std::int32_t set = short_window_prefill_override.load(std::memory_order_relaxed);
+  if (set != 0) return static_cast<compressor::ShortWindowPrefill>(set);
+  static const compressor::ShortWindowPrefill from_environment = short_window_prefill_from_environment();
+  return from_environment;
+}
+
+compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowPrefill schedule) {
+  const compressor::ShortWindowPrefill before = short_window_prefill();
+  short_window_prefill_override.store(static_cast<std::int32_t>(schedule), std::memory_order_relaxed);
+  return before;
+}
 
 CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   const CompressorSpec& spec = *a.spec;
@@ -212,9 +239,14 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   std::copy(rope.frequencies().begin(), rope.frequencies().end(), p.rope_frequencies);
 
   const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
+  // Decode steps (no body item) keep the 4-block short-window kernel whatever the schedule.
+  const compressor::ShortWindowPrefill short_window = layout.one_item_per_request
+                                                         ? compressor::ShortWindowPrefill::FourBlocksPerSM
+                                                         : short_window_prefill();
   auto s = static_cast<cudaStream_t>(stream);
-  const cudaError_t status = spec.width == 512 ? compressor::launch_attention_width(p, spec.online, long_window, s)
-                                               : compressor::launch_indexer_width(p, spec.online, long_window, s);
+  const cudaError_t status =
+      spec.width == 512 ? compressor::launch_attention_width(p, spec.online, long_window, short_window, s)
+                        : compressor::launch_indexer_width(p, spec.online, long_window, short_window, s);
   check_cuda(status, "compressor kernel launch");
 }
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "cuda/compressor/params.hpp"
 #include "dsv4/paged_cache.hpp"
 #include "ref/compressor_ref.hpp"
 
@@ -69,6 +70,17 @@ enum class StepMetadata {
 // Throws Error("device") when the launch fails.
 void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, void* device_layout,
                           void* stream, StepMetadata metadata = StepMetadata::InParametersWhenSmall);
+
+// The instantiation of the short-window (C4) kernel that runs steps with body items (prefill,
+// chunked prefill); decode steps (one item per request) always run the 4-block one. Both write the
+// same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
+// environment variable DSV4_C4_PREFILL_BLOCKS_PER_SM, read once: "4" (or unset) or "5".
+// Throws Error("DSV4_C4_PREFILL_BLOCKS_PER_SM") for another value (read again on the next call).
+compressor::ShortWindowPrefill short_window_prefill();
+// Overrides the environment for this process (tests and benches compare both in one process);
+// returns the schedule in force before (throws as short_window_prefill when that was the environment's
+// and it is invalid). Launches on other host threads see the new schedule from their next step.
+compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowPrefill schedule);
 
 // plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.
 void run_compress(const ref::CompressArgs& args, void* stream = nullptr);

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/compressor/config.hpp"
@@ -14,14 +15,35 @@
 
 namespace dsv4::cuda::compressor {
 
+// Prefers the smallest shared-memory configuration (as a percentage of the SM's maximum, rounded up
+// by the driver to a supported one) that holds `blocks` blocks of `kernel` with `dynamic_bytes`.
+template <class Kernel>
+cudaError_t set_carveout_for_min_blocks(Kernel kernel, int blocks, int dynamic_bytes) {
+  int device = 0, per_sm = 0, reserved = 0;
+  cudaFuncAttributes attributes{};
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device);
+  if (status == cudaSuccess) status = cudaFuncGetAttributes(&attributes, kernel);
+  if (status != cudaSuccess) return status;
+  const std::int64_t needed = static_cast<std::int64_t>(blocks) *
+                              (dynamic_bytes + reserved + static_cast<std::int64_t>(attributes.sharedSizeBytes));
+  const int percent = static_cast<int>(std::min<std::int64_t>(100, (needed * 100 + per_sm - 1) / per_sm));
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
+}
+
 // Launches `kernel` with `leading_blocks` blocks (split units), then one unit per item
 // (num_items + ring_items).
 template <class Config, class Kernel>
 cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream,
                          std::int64_t leading_blocks = 0) {
   // The staging needs more than the default 48 KB of dynamic shared memory: opt in once per kernel.
-  static const cudaError_t opted_in =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kBytes);
+  static const cudaError_t opted_in = [&] {
+    const cudaError_t status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Config::kBytes);
+    if (status != cudaSuccess || !Config::kCarveoutForMinBlocks) return status;
+    return set_carveout_for_min_blocks(kernel, Config::kMinBlocksPerSM, Config::kBytes);
+  }();
   if (opted_in != cudaSuccess) return opted_in;
   const std::int64_t items = params.num_items + params.ring_items;
   const std::int64_t blocks = leading_blocks + (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
@@ -31,9 +53,12 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
 //   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
-//   params.split_events_count > 0 (long windows only): the split (decode) instantiation.
+//   params.split_events_count > 0 (long windows only): the split (decode) instantiation;
+//   short_window: the instantiation of a short-window step (launch.cu passes FourBlocksPerSM for
+//   decode steps).
 template <int kWidth>
-cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, cudaStream_t stream) {
+cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, ShortWindowPrefill short_window,
+                         cudaStream_t stream) {
   if (online) return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
   if (long_window && params.split_events_count > 0) {
     using Config = TwoPassConfig<kWidth, true, true>;
@@ -42,6 +67,10 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
   }
   if (long_window) {
     return launch_items<TwoPassConfig<kWidth, true>>(two_pass_kernel<TwoPassConfig<kWidth, true>>, params, stream);
+  }
+  if (short_window == ShortWindowPrefill::FiveBlocksPerSM) {
+    using Config = TwoPassFiveBlocksConfig<kWidth>;
+    return launch_items<Config>(two_pass_kernel<Config>, params, stream);
   }
   return launch_items<TwoPassConfig<kWidth, false>>(two_pass_kernel<TwoPassConfig<kWidth, false>>, params, stream);
 }
