@@ -58,8 +58,9 @@ constexpr const char* kShortWindowPrefillVariable = "DSV4_C4_PREFILL_BLOCKS_PER_
 
 compressor::ShortWindowPrefill short_window_prefill_from_environment() {
   const char* value = std::getenv(kShortWindowPrefillVariable);
-  if (value == nullptr || std::strcmp(value, "4") == 0) return compressor::ShortWindowPrefill::FourBlocksPerSM;
-  if (std::strcmp(value, "5") == 0) return compressor::ShortWindowPrefill::FiveBlocksPerSM;
+  // 5 blocks per SM is the default: measured faster on the H200 (C4-512 prefill 256K 73% -> 81% of copy).
+  if (value == nullptr || std::strcmp(value, "5") == 0) return compressor::ShortWindowPrefill::FiveBlocksPerSM;
+  if (std::strcmp(value, "4") == 0) return compressor::ShortWindowPrefill::FourBlocksPerSM;
   throw Error(kShortWindowPrefillVariable, std::string("must be 4 or 5 (blocks per SM), got \"") + value + "\"");
 }
 

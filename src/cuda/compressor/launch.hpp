@@ -74,7 +74,7 @@ void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayou
 // The instantiation of the short-window (C4) kernel that runs steps with body items (prefill,
 // chunked prefill); decode steps (one item per request) always run the 4-block one. Both write the
 // same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
-// environment variable DSV4_C4_PREFILL_BLOCKS_PER_SM, read once: "4" (or unset) or "5".
+// environment variable DSV4_C4_PREFILL_BLOCKS_PER_SM, read once: "5" (or unset) or "4".
 // Throws Error("DSV4_C4_PREFILL_BLOCKS_PER_SM") for another value (read again on the next call).
 compressor::ShortWindowPrefill short_window_prefill();
 // Overrides the environment for this process (tests and benches compare both in one process);
