@@ -33,9 +33,15 @@ struct AttentionPoolView {
   int entries_per_page = 0;  // P for the window cache, P/m for a compressed cache
 };
 
-// Default chunk size of the CUDA backend: on the H200 it beat 256 and 512 on most of the issue-6
-// decode/prefill grid (docs/notes-sparse-attention.md).
-inline constexpr int kDefaultSplitCandidates = 384;
+// Default chunk size of the CUDA backend: rows of up to 1152 candidates (128 window + 1024) run as one
+// chunk, so large batches and prefill write and merge no partial outputs (H200, H = 64: B = 128 over
+// 640 candidates 96 -> 62 us, prefill T = 4096 2282 -> 1600 us); the price is latency at B = 1
+// (35 -> 45 us over 640 candidates), where 384 is the better fixed choice (docs/notes-sparse-attention.md §12).
+inline constexpr int kDefaultSplitCandidates = 1152;
+// Largest split_candidates: a row of 128 window + 2048 compressed candidates fits one chunk, so it has
+// no partial outputs to write and merge (at large batches and in prefill those cost as much memory
+// traffic as the entries themselves).
+inline constexpr int kMaxSplitCandidates = 2560;
 
 struct SparseAttentionOptions {
   // Multiplies q·e (SPEC: 1/sqrt(d), d = 512). Must be finite and positive.
@@ -45,7 +51,7 @@ struct SparseAttentionOptions {
   TensorView rope_cos;
   TensorView rope_sin;
   // CUDA only. Candidates [0, W + K) of a row are processed in fixed chunks of this many (a multiple
-  // of 64, at most 512), each chunk by its own thread block, then merged in chunk order. A row's
+  // of 64, at most 2560), each chunk by its own thread block, then merged in chunk order. A row's
   // bytes depend on this value and on its own inputs only — keep it fixed for a model to keep batch
   // invariance. Smaller: lower latency at small batches; larger: less merge traffic at large ones.
   int split_candidates = kDefaultSplitCandidates;

@@ -52,8 +52,10 @@ void check_slots(const TensorView& slots, const std::string& name, std::int64_t 
 }
 
 int check_split(int split_candidates) {
-  require(split_candidates >= 64 && split_candidates <= 512 && split_candidates % 64 == 0, "options",
-          "split_candidates must be a multiple of 64 in [64, 512], got " + std::to_string(split_candidates));
+  require(split_candidates >= 64 && split_candidates <= kMaxSplitCandidates && split_candidates % 64 == 0,
+          "options",
+          "split_candidates must be a multiple of 64 in [64, " + std::to_string(kMaxSplitCandidates) +
+              "], got " + std::to_string(split_candidates));
   return split_candidates;
 }
 

@@ -45,6 +45,15 @@ struct Outputs {
 };
 
 // One call: inputs on the host (for the reference) and on the GPU.
+// Most tests run with chunks of 384 candidates, so rows of a few hundred candidates already take the
+// multi-chunk paths (partials, merge, arrival counters); the library default (1152) is tested apart.
+constexpr int kTestSplit = 384;
+SparseAttentionOptions chunked() {
+  SparseAttentionOptions options;
+  options.split_candidates = kTestSplit;
+  return options;
+}
+
 struct Problem {
   const Pool* window;
   const Pool* compressed;
@@ -79,7 +88,7 @@ struct Problem {
     }
   }
 
-  Outputs run(Device device, SparseAttentionOptions options = {}) const {
+  Outputs run(Device device, SparseAttentionOptions options = chunked()) const {
     const auto put = [&](DType t, Shape shape, const void* data) {
       return Tensor::from_host(t, std::move(shape), data, device);
     };
@@ -178,7 +187,7 @@ TEST_F(SparseAttentionGpu, DecodeShapesMatchReference) {
           }
         }
       }
-      expect_matches_reference(p, {}, "H=" + std::to_string(heads) + " next_n=" + std::to_string(next_n));
+      expect_matches_reference(p, chunked(), "H=" + std::to_string(heads) + " next_n=" + std::to_string(next_n));
     }
   }
 }
@@ -187,7 +196,7 @@ TEST_F(SparseAttentionGpu, WindowOnlyAndSingleCandidateRows) {
   const Pool window(rng, 64, 8), compressed(rng, 2, 40);
   Problem window_only(rng, window, compressed, 8, 64, 128, 0);
   window_only.random_slots(rng, 0.0);
-  expect_matches_reference(window_only, {}, "window only");
+  expect_matches_reference(window_only, chunked(), "window only");
 
   Problem single(rng, window, compressed, 12, 64, 3, 7);  // exactly one valid slot per row
   std::uniform_int_distribution<int> where(0, 9), slot(0, 79);
@@ -196,7 +205,7 @@ TEST_F(SparseAttentionGpu, WindowOnlyAndSingleCandidateRows) {
     if (j < 3) single.window_slots[r * 3 + j] = slot(rng);
     else single.compressed_slots[r * 7 + (j - 3)] = slot(rng);
   }
-  expect_matches_reference(single, {}, "one candidate");
+  expect_matches_reference(single, chunked(), "one candidate");
 }
 
 TEST_F(SparseAttentionGpu, RowsWithManyMissingSlotsAcrossChunks) {
@@ -207,7 +216,7 @@ TEST_F(SparseAttentionGpu, RowsWithManyMissingSlotsAcrossChunks) {
   for (int j = 0; j < 128; ++j) p.window_slots[5 * 128 + j] = -1;        // row 5: compressed only
   for (int j = 0; j < 128; ++j) p.window_slots[7 * 128 + j] = -1;        // row 7: nothing at all
   for (int j = 0; j < 1024; ++j) p.compressed_slots[7 * 1024 + j] = -1;
-  expect_matches_reference(p, {}, "many missing");
+  expect_matches_reference(p, chunked(), "many missing");
 }
 
 TEST_F(SparseAttentionGpu, SinkExtremes) {
@@ -236,7 +245,7 @@ TEST_F(SparseAttentionGpu, HeadCountsThatNeedPadding) {
   for (int heads : {8, 24, 48, 80}) {
     Problem p(rng, window, compressed, 5, heads, 128, 256);
     p.random_slots(rng, 0.1);
-    expect_matches_reference(p, {}, "H=" + std::to_string(heads));
+    expect_matches_reference(p, chunked(), "H=" + std::to_string(heads));
   }
 }
 
@@ -246,8 +255,8 @@ TEST_F(SparseAttentionGpu, SplitSizesMatchReference) {
   for (int heads : {32, 64}) {
     Problem p(rng, window, compressed, 6, heads, 128, 1024);
     p.random_slots(rng, 0.1);
-    for (int split : {64, 192, 512}) {
-      SparseAttentionOptions options;
+    for (int split : {64, 192, 512, 2560}) {
+      SparseAttentionOptions options = chunked();
       options.split_candidates = split;
       expect_matches_reference(p, options, "H=" + std::to_string(heads) + " split " + std::to_string(split));
     }
@@ -259,11 +268,11 @@ TEST_F(SparseAttentionGpu, FusedInverseRope) {
   Problem p(rng, window, compressed, 6, 64, 128, 512);
   p.random_slots(rng, 0.1);
   p.random_rope(rng);
-  expect_matches_reference(p, {}, "two chunks, rope");
+  expect_matches_reference(p, chunked(), "two chunks, rope");
   Problem one_chunk(rng, window, compressed, 6, 64, 128, 0);
   one_chunk.random_slots(rng, 0.1);
   one_chunk.random_rope(rng);
-  expect_matches_reference(one_chunk, {}, "one chunk, rope");
+  expect_matches_reference(one_chunk, chunked(), "one chunk, rope");
 }
 
 // Prefill: three requests of ragged lengths, every token with its causal window and all the
@@ -293,7 +302,7 @@ TEST_F(SparseAttentionGpu, PrefillRaggedBatch) {
           p.compressed_slots[row * max_visible + s] = static_cast<std::int32_t>(physical_slot(entry_pages.data(), s, kPage / kRatio));
       }
     }
-    expect_matches_reference(p, {}, "prefill H=" + std::to_string(heads));
+    expect_matches_reference(p, chunked(), "prefill H=" + std::to_string(heads));
   }
 }
 
@@ -311,8 +320,29 @@ TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
   for (const Shape s : {Shape{70, 16, 700}, Shape{70, 32, 700}, Shape{70, 64, 700}, Shape{300, 16, 512}}) {
     Problem p(rng, window, compressed, s.rows, s.heads, 128, s.compressed_width);
     p.random_slots(rng, 0.05);
-    expect_matches_reference(p, {}, "rows " + std::to_string(s.rows) + " H=" + std::to_string(s.heads) + " K=" +
+    expect_matches_reference(p, chunked(), "rows " + std::to_string(s.rows) + " H=" + std::to_string(s.heads) + " K=" +
                                         std::to_string(s.compressed_width));
+  }
+}
+
+// The library's default split: rows of 640 and 1152 candidates in one chunk, 2176 in two; a row alone
+// gives the same bytes as in a batch of 128 at each width.
+TEST_F(SparseAttentionGpu, DefaultSplitMatchesReferenceAndKeepsRowBytes) {
+  const Pool window(rng, 64, 24), compressed(rng, 64, 48);
+  for (int compressed_width : {512, 1024, 2048}) {
+    Problem batch(rng, window, compressed, 128, 64, 128, compressed_width);
+    batch.random_slots(rng, 0.02);
+    const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
+    const std::string what = "default split, K=" + std::to_string(compressed_width);
+    Problem alone = batch;
+    alone.rows = 1;
+    alone.q.resize(std::size_t(64) * 512);
+    alone.window_slots.resize(128);
+    alone.compressed_slots.resize(static_cast<std::size_t>(compressed_width));
+    const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
+    EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin())) << what << ": row 0 alone vs in the batch";
+    EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin())) << what << ": lse of row 0";
+    expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), what.c_str());
   }
 }
 
@@ -372,7 +402,7 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
     batch.random_rope(rng);
     const Outputs all = batch.run(Device::CUDA);
     for (const int parts : {2, 4}) {  // the whole batch forced into output parts: the same bytes
-      SparseAttentionOptions forced;
+      SparseAttentionOptions forced = chunked();
       forced.output_parts = parts;
       const Outputs split = batch.run(Device::CUDA, forced);
       EXPECT_TRUE(split.out == all.out) << what << ": " << parts << " output parts change the output bytes";
@@ -393,7 +423,7 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
     alone.compressed_slots.resize(std::size_t(c.compressed_width));
     alone.rope_cos.resize(32);
     alone.rope_sin.resize(32);
-    expect_matches_reference(alone, {}, what + " alone");
+    expect_matches_reference(alone, chunked(), what + " alone");
   }
 }
 
@@ -424,10 +454,10 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
   const Pool window(rng, 64, 8), compressed(rng, 64, 24);
   Problem p(rng, window, compressed, 20, 64, 128, 1000);
   p.random_slots(rng, 0.05);
-  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 1128);
+  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 1128, kTestSplit);
   ASSERT_GT(bytes, 0u);
   Tensor workspace = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(bytes)}, Device::CUDA);
-  SparseAttentionOptions options;
+  SparseAttentionOptions options = chunked();
   options.workspace = workspace.view();
   const Outputs first = p.run(Device::CUDA, options);
   const Outputs second = p.run(Device::CUDA, options);  // needs the arrival counters back at zero
@@ -441,10 +471,10 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
 // sums, which must not leave a row unmerged (unwritten output) or merge it early.
 TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
   const Pool window(rng, 64, 8), compressed(rng, 64, 24);
-  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 128 + 1024);
+  const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 128 + 1024, kTestSplit);
   Tensor workspace = Tensor::empty(DType::U8, {static_cast<std::int64_t>(bytes)}, Device::CUDA);
   workspace.fill_bytes(0x5A);  // any contents
-  SparseAttentionOptions shared;
+  SparseAttentionOptions shared = chunked();
   shared.workspace = workspace.view();
   struct Shape {
     int rows, compressed_width;
@@ -529,7 +559,7 @@ TEST_F(SparseAttentionGpu, ArgumentErrors) {
                      out.view(), lse.view());
   });
   Tensor small = Tensor::zeros(DType::U8, {16}, Device::CUDA);
-  SparseAttentionOptions options;
+  SparseAttentionOptions options = chunked();
   options.split_candidates = 64;  // two chunks, so a workspace is needed
   Tensor ws_wide = Tensor::from_host(DType::I32, {2, 8}, p.window_slots.data(), Device::CUDA);
   Tensor cs_wide = Tensor::zeros(DType::I32, {2, 120}, Device::CUDA);
@@ -547,7 +577,7 @@ TEST_F(SparseAttentionGpu, SanitizeMergedChunks) {
   Problem p(rng, window, compressed, 3, 16, 64, 100);
   p.random_slots(rng, 0.2);
   p.random_rope(rng);
-  SparseAttentionOptions options;
+  SparseAttentionOptions options = chunked();
   options.split_candidates = 64;  // three chunks
   expect_matches_reference(p, options, "sanitize merged");
 }
@@ -556,10 +586,10 @@ TEST_F(SparseAttentionGpu, SanitizeOneChunkAndPaddedHeads) {
   const Pool window(rng, 64, 2), compressed(rng, 2, 30);
   Problem p(rng, window, compressed, 2, 24, 100, 20);
   p.random_slots(rng, 0.3);
-  expect_matches_reference(p, {}, "sanitize one chunk");
+  expect_matches_reference(p, chunked(), "sanitize one chunk");
   Problem wide(rng, window, compressed, 140, 64, 64, 0);  // enough blocks for the 64-head tile
   wide.random_slots(rng, 0.1);
-  expect_matches_reference(wide, {}, "sanitize 64-head tile");
+  expect_matches_reference(wide, chunked(), "sanitize 64-head tile");
 }
 
 }  // namespace

@@ -134,7 +134,7 @@ __device__ __forceinline__ void prefetch_block(const SparseAttentionParams& p, c
 // Issues the cp.async copies of block `block` (64 candidates) of the chunk into `stage`
 // ([64 × 576 data][64 × 8 scales]). Four threads per candidate, nine 16-byte pieces each.
 template <int kThreads>
-__device__ __forceinline__ void gather_block(const SparseAttentionParams& p, const int* s_slots /*[512]*/,
+__device__ __forceinline__ void gather_block(const SparseAttentionParams& p, const int* s_slots /*[kMaxSplitCandidates]*/,
                                              int chunk_begin, int block, std::uint8_t* stage, int tid) {
   constexpr int kThreadsPerEntry = 4;
   constexpr int kPieces = Entry::kDataBytes / 16;  // 36
@@ -315,8 +315,9 @@ __device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams&
   return w;
 }
 
-// The chunk's slot table (s_slots [512]: slot or −1), the valid-candidate bits of each block
-// (s_valid [8][2]) and the blocks with any valid candidate (s_live [8], their count in s_live[8]).
+// The chunk's slot table (s_slots [kMaxSplitCandidates]: slot or −1), the valid-candidate bits of each
+// block (s_valid [kMaxBlocksPerSplit][2]) and the blocks with any valid candidate (s_live, their count
+// in s_live[kMaxBlocksPerSplit]).
 // Blocks without a valid candidate are skipped: they would change nothing. Returns the live count.
 template <int kThreads>
 __device__ __forceinline__ int plan_chunk(const SparseAttentionParams& p, const ChunkWork& w, int* s_slots,
@@ -391,7 +392,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   auto* s_prob = reinterpret_cast<std::uint16_t*>(smem + T::kProb);   // [kHeadTile][kProbPitch] bf16
   auto* s_row_max = reinterpret_cast<float*>(smem + T::kRowMax);      // [4][kHeadTile]
   auto* s_row_sum = reinterpret_cast<float*>(smem + T::kRowSum);      // [4][kHeadTile]
-  auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [512]
+  auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [kMaxSplitCandidates]
   auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + T::kValid); // [8][2] valid bits of each block
   auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [8] live block numbers
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dsv4/sparse_attention.hpp"
+
 namespace dsv4::cuda {
 
 // One paged pool of 584-byte entries (cache_format.hpp: AttentionEntryFormat).
@@ -48,8 +50,8 @@ struct SparseAttentionParams {
   std::int32_t dim_split = 0;
 };
 
-// Largest split_candidates the kernels' shared slot table holds.
-inline constexpr int kMaxSplitCandidates = 512;
+// Largest split_candidates the kernels' shared slot table holds (the public limit).
+inline constexpr int kMaxSplitCandidates = dsv4::kMaxSplitCandidates;
 inline constexpr int kCandidateBlock = 64;  // candidates per pipeline step; split_candidates is a multiple
 // Most chunks one row may have: the merge keeps [64 heads][chunks] weights in shared memory.
 inline constexpr int kMaxChunksPerRow = 552;

@@ -58,9 +58,9 @@ struct WgmmaPlan {
   static constexpr int kTileBytes = (kDim / 64) * kSliceBytes;       // [8 slices][64 rows][128 B]
   static constexpr int kQ = 0;                                       // bf16 Q tile (heads)
   static constexpr int kK = kQ + kTileBytes;                         // 2 bf16 K tiles (candidates)
-  static constexpr int kSlots = kK + 2 * kTileBytes;                 // i32 [512]
-  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;    // u32 [8][2]
-  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;  // i32 [8] live blocks, count, flag
+  static constexpr int kSlots = kK + 2 * kTileBytes;                 // i32 [kMaxSplitCandidates]
+  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;    // u32 [kMaxBlocksPerSplit][2]
+  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;  // i32 [kMaxBlocksPerSplit] live blocks, count, flag
   static constexpr int kRowMax = kLive + (kMaxBlocksPerSplit + 4) * 4;  // f32 [2 consumers][64 heads]
   static constexpr int kProb = kRowMax + kConsumers * kHeads * 4;   // u32 [2 consumers][8][128]: P fragments
   static constexpr int kInv = kProb + kConsumers * 8 * 128 * 4;     // f32 [64] merge 1/denominators
@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   std::uint8_t* smem = smem_unaligned + (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
   std::uint8_t* s_q = smem + W::kQ;                                     // bf16 [64 heads][512], swizzled
   std::uint8_t* s_k = smem + W::kK;                                     // 2 × bf16 [64 candidates][512], swizzled
-  auto* s_slots = reinterpret_cast<int*>(smem + W::kSlots);             // [512]
-  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + W::kValid);   // [8][2]
+  auto* s_slots = reinterpret_cast<int*>(smem + W::kSlots);             // [kMaxSplitCandidates]
+  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + W::kValid);   // [kMaxBlocksPerSplit][2]
   auto* s_live = reinterpret_cast<int*>(smem + W::kLive);               // [8] + count + flag
   auto* s_row_max = reinterpret_cast<float*>(smem + W::kRowMax);        // [2][64]: block maxima, then sums
   auto* s_prob = reinterpret_cast<std::uint32_t*>(smem + W::kProb);     // [2][8][128] bf16x2 P fragments
