@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -19,6 +21,7 @@
 #include "cpu/compressor_testing.hpp"
 #include "cuda/compressor/launch.hpp"
 #include "dsv4/projection.hpp"
+#include "dsv4/rope.hpp"
 #include "ref/compressor_ref.hpp"
 
 namespace dsv4 {
@@ -58,17 +61,25 @@ std::vector<T> host_vector(const Tensor& t) {
 
 std::vector<std::uint8_t> state_bytes(const CompressorStatePool& pool) { return host_vector<std::uint8_t>(pool.storage()); }
 
-// Every entry of two caches, value by value, against SPEC §9: at least 99.9% of the codes (e4m3,
-// e2m1, the bf16 RoPE values) and scale bytes equal, and every other value one quantization step
-// from the reference's, or — where the entry's rounding chain cancels (RoPE rotations, the
-// Walsh–Hadamard sums) a last-bit difference of the float32 row into a value near zero — within
-// 2^-6 of its block's largest magnitude. Scale bytes at most one step (a power of two) apart; FP8
-// indexer scales (float32) within one bf16 step.
+// The compressed rows behind a written cache entry, GPU and CPU (for the failure messages).
+struct WrittenEntry {
+  std::vector<float> gpu_row, cpu_row;  // [c] each
+};
+using WrittenEntries = std::map<std::int64_t, WrittenEntry>;  // cache slot → the rows of its last write
+
+// The written entries of two caches, value by value, against SPEC §9: every code (e4m3, e2m1, the
+// bf16 RoPE values) and scale byte equal or one quantization step from the reference's, or — where
+// the entry's rounding chain cancels (RoPE rotations, the Walsh–Hadamard sums) a bf16 difference of
+// the row into a value near zero — within 2^-6 of its block's largest magnitude; scale bytes at most
+// one step (a power of two) apart, FP8 indexer scales (float32) within one bf16 step. Slots that no
+// step wrote must be byte-identical (both still zero, or both rolled back to zero).
 struct CacheDiff {
-  long values = 0, different = 0;  // codes and scales compared / not bit-equal
+  long values = 0, different = 0;  // codes and scales of the written entries compared / not bit-equal
+  long entry_values = 0;           // codes and scales of one entry
   long far = 0;                    // beyond the bound above
   std::string first_far;
-  long worst_entry_different = 0;  // the entry with the most differing values, for the failure message
+  long unwritten_different = 0;    // never-written slots whose bytes differ
+  long worst_entry_different = 0;  // the entry with the most differing values, for the messages
   std::string worst_entry;
   std::string entry_scales;        // the last compared entry's scales, as text
 };
@@ -152,7 +163,24 @@ void compare_entry_values(const EntryLayout& layout, const std::uint8_t* got, co
   }
 }
 
-CacheDiff compare_caches(const PagedCache& got, const PagedCache& want) {
+// Row values whose bf16 rounding (the first step of SPEC §4's post-processing) differs between the
+// GPU's and the CPU's row, as text: where an entry's bytes differ from the reference, this is why.
+std::string bf16_flips(const WrittenEntry& rows) {
+  int count = 0;
+  std::string first;
+  for (std::size_t k = 0; k < rows.cpu_row.size(); ++k) {
+    if (round_to_bf16(rows.gpu_row[k]) == round_to_bf16(rows.cpu_row[k])) continue;
+    if (count++ == 0) {
+      char text[128];
+      std::snprintf(text, sizeof text, " (channel %zu: %.9g vs %.9g)", k, static_cast<double>(rows.gpu_row[k]),
+                    static_cast<double>(rows.cpu_row[k]));
+      first = text;
+    }
+  }
+  return std::to_string(count) + " row value(s) round to another bf16 value" + first;
+}
+
+CacheDiff compare_caches(const PagedCache& got, const PagedCache& want, const WrittenEntries& written) {
   const std::vector<std::uint8_t> g = got.host_bytes(), w = want.host_bytes();
   const EntryLayout& layout = want.layout();
   const int per_page = want.entries_per_page();
@@ -163,23 +191,75 @@ CacheDiff compare_caches(const PagedCache& got, const PagedCache& want) {
     const int i = static_cast<int>(slot % per_page);
     layout.gather(g.data() + page, i, per_page, ge.data());
     layout.gather(w.data() + page, i, per_page, we.data());
-    const long before = d.different;
+    const auto rows = written.find(slot);
+    if (rows == written.end()) {
+      d.unwritten_different += ge != we;
+      continue;
+    }
+    const long values_before = d.values, before = d.different;
     d.entry_scales.clear();
     compare_entry_values(layout, ge.data(), we.data(), slot, d);
+    d.entry_values = d.values - values_before;
     if (d.different - before > d.worst_entry_different) {
       d.worst_entry_different = d.different - before;
       d.worst_entry = "slot " + std::to_string(slot) + " has " + std::to_string(d.worst_entry_different) +
-                      " differing values" + (d.entry_scales.empty() ? "" : " (" + d.entry_scales + ")");
+                      " differing values" + (d.entry_scales.empty() ? "" : " (" + d.entry_scales + ")") + "; " +
+                      bf16_flips(rows->second);
     }
   }
   return d;
 }
 
-void expect_caches_close(const PagedCache& got, const PagedCache& want, const std::string& where) {
-  const CacheDiff d = compare_caches(got, want);
+// SPEC §9 asks ≥ 99.9% of the codes and scale bytes equal. Counted over the written entries only,
+// that rate is not testable on a handful of entries: one row value whose float32 rounding differs
+// by one ulp across a bf16 rounding point changes the entry's post-processed values, and when that
+// moves the entry's largest magnitude by one bf16 step, an FP8 indexer scale (amax / 448) changes
+// by 0.4–0.8% and with it about a tenth of the entry's codes (seed 4710611669733512043 of
+// C2OverlapFP8, 1 request: 13 of 129 values of one entry, 5 entries written). Every such difference
+// is explained exactly (Twin::step checks each GPU entry against the reference encoding of the
+// GPU's own row), so the rate allows one entry's worth of differing values on top of 0.1%.
+void expect_caches_close(const PagedCache& got, const PagedCache& want, const WrittenEntries& written,
+                         const std::string& where) {
+  const CacheDiff d = compare_caches(got, want, written);
   EXPECT_EQ(d.far, 0) << where << ": " << d.first_far;
-  EXPECT_LE(static_cast<double>(d.different), 1e-3 * static_cast<double>(d.values))
-      << where << ": " << d.different << " of " << d.values << "; most in one entry: " << d.worst_entry;
+  EXPECT_EQ(d.unwritten_different, 0) << where << ": slots no step wrote differ";
+  const double allowed = std::max(1e-3 * static_cast<double>(d.values), static_cast<double>(d.entry_values));
+  EXPECT_LE(static_cast<double>(d.different), allowed)
+      << where << ": " << d.different << " of " << d.values << " values of " << written.size()
+      << " written entries; most in one entry: " << d.worst_entry;
+  if (d.different > 0) {
+    std::cout << "[ info     ] " << where << ": " << d.different << " of " << d.values << " values of "
+              << written.size() << " written entries differ from the reference; most in one entry: " << d.worst_entry
+              << "\n";
+  }
+}
+
+// Every entry the GPU wrote in a step is, bit for bit, the reference's post-processing and encoding
+// (SPEC §4–§5) of the GPU's own compressed row: the kernels' post-processing is exact, so an entry
+// can differ from the CPU reference's only where its row (within 1e-5 of the reference's) rounds to
+// another bf16 value.
+void expect_entries_encode_rows(const CompressorSpec& spec, const RopeTable& rope, const std::vector<float>& norm,
+                                const PagedCache& cache, const std::vector<float>& rows /*[E, c]*/,
+                                const std::vector<std::int32_t>& positions /*[E]*/,
+                                const std::vector<std::int32_t>& slots /*[E]*/, const std::string& where) {
+  const std::vector<std::uint8_t> bytes = cache.host_bytes();
+  const EntryLayout& layout = cache.layout();
+  const int per_page = cache.entries_per_page();
+  std::vector<float> values(static_cast<std::size_t>(spec.width));
+  std::vector<std::uint8_t> page(static_cast<std::size_t>(layout.page_bytes(1))), want(page.size()), got(page.size());
+  long mismatched = 0;
+  std::string first;
+  for (std::size_t e = 0; e < slots.size(); ++e) {
+    ref::postprocess_entry(spec, rope, norm.data(), rows.data() + e * static_cast<std::size_t>(spec.width), positions[e],
+                           values.data());
+    std::fill(page.begin(), page.end(), std::uint8_t{0});
+    layout.encode(values.data(), page.data(), 0, 1);
+    layout.gather(page.data(), 0, 1, want.data());
+    layout.gather(bytes.data() + slots[e] / per_page * cache.page_bytes(), slots[e] % per_page, per_page, got.data());
+    if (got != want && mismatched++ == 0) first = "event " + std::to_string(e) + ", slot " + std::to_string(slots[e]);
+  }
+  EXPECT_EQ(mismatched, 0) << where << ": GPU entries that are not the reference encoding of the GPU's rows, first "
+                           << first;
 }
 
 // Rows of a step: kv and score either as two contiguous tensors or as the two column halves of one
@@ -276,6 +356,7 @@ class Twin {
       : spec_(spec),
         ape_(testing::random_normal(rng, static_cast<std::size_t>(spec.ratio * spec.row_width()), 0.5f)),
         norm_(testing::random_floats(rng, static_cast<std::size_t>(spec.width), 0.5f, 1.5f)),
+        rope_(spec.rope),
         cpu_(spec, Device::CPU, ape_, norm_, slots, pages, page_size),
         gpu_(spec, Device::CUDA, ape_, norm_, slots, pages, page_size) {}
 
@@ -297,7 +378,8 @@ class Twin {
   }
 
   // One step: request i brings counts[i] more rows (order = batch order); a padding entry is added
-  // when `pad`. Compares the outputs; returns the number of events.
+  // when `pad`. Compares the outputs, checks that every GPU entry encodes the GPU's own row exactly,
+  // and records the written slots; returns the number of events.
   std::int64_t step(std::vector<Request*> requests, const std::vector<std::int64_t>& counts, bool fused, bool pad,
                     const std::string& where) {
     CompressBatch batch;
@@ -317,10 +399,19 @@ class Twin {
     const StepRows rows_gpu = make_rows(kv, score, rows, w, fused, Device::CUDA);
     compress(spec_, gpu_.weights(), batch, rows_gpu.kv_view, rows_gpu.score_view, gpu_.pool, gpu_.cache, out_gpu.views());
     compress(spec_, cpu_.weights(), batch, rows_cpu.kv_view, rows_cpu.score_view, cpu_.pool, cpu_.cache, out_cpu.views());
-    expect_rows_close(host_vector<float>(out_gpu.compressed), host_vector<float>(out_cpu.compressed), spec_.width, where);
+    const std::vector<float> gpu_rows = host_vector<float>(out_gpu.compressed), cpu_rows = host_vector<float>(out_cpu.compressed);
+    const std::vector<std::int32_t> positions = host_vector<std::int32_t>(out_cpu.positions);
+    const std::vector<std::int32_t> slots = host_vector<std::int32_t>(out_cpu.cache_slots);
+    expect_rows_close(gpu_rows, cpu_rows, spec_.width, where);
     EXPECT_EQ(host_vector<std::int32_t>(out_gpu.entry_ids), host_vector<std::int32_t>(out_cpu.entry_ids)) << where;
-    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.positions), host_vector<std::int32_t>(out_cpu.positions)) << where;
-    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.cache_slots), host_vector<std::int32_t>(out_cpu.cache_slots)) << where;
+    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.positions), positions) << where;
+    EXPECT_EQ(host_vector<std::int32_t>(out_gpu.cache_slots), slots) << where;
+    expect_entries_encode_rows(spec_, rope_, norm_, gpu_.cache, gpu_rows, positions, slots, where);
+    const auto row = [&](const std::vector<float>& all, std::size_t e) {
+      return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(e * static_cast<std::size_t>(spec_.width)),
+                                all.begin() + static_cast<std::ptrdiff_t>((e + 1) * static_cast<std::size_t>(spec_.width)));
+    };
+    for (std::size_t e = 0; e < slots.size(); ++e) written_[slots[e]] = WrittenEntry{row(gpu_rows, e), row(cpu_rows, e)};
     for (std::size_t i = 0; i < requests.size(); ++i) requests[i]->fed += counts[i];
     return events;
   }
@@ -328,7 +419,7 @@ class Twin {
   // Caches within the SPEC §9 byte tolerance; the state: two-pass rings are plain copies of the
   // rows (bit-identical), online snapshots hold M exactly, S and V within float32 rounding.
   void expect_same_state_and_cache(const std::string& where) {
-    expect_caches_close(gpu_.cache, cpu_.cache, where);
+    expect_caches_close(gpu_.cache, cpu_.cache, written_, where);
     const std::vector<float> g = host_vector<float>(gpu_.pool.storage()), c = host_vector<float>(cpu_.pool.storage());
     ASSERT_EQ(g.size(), c.size());
     if (!spec_.online) {
@@ -357,8 +448,10 @@ class Twin {
  private:
   CompressorSpec spec_;
   std::vector<float> ape_, norm_;
+  RopeTable rope_;
   Side cpu_, gpu_;
   std::int32_t next_page_ = 1;
+  WrittenEntries written_;  // every cache slot a step wrote (rolled-back ones stay: both sides zero them)
 };
 
 // A random number of rows for a step: none, a draft burst (1..8) or a prefill chunk.
