@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (c.name == "decode_B1_H64_N640_nn1" || c.name == "decode_B128_H64_N640_nn1" ||
         c.name == "decode_B128_H128_N2176_nn2") {
-      for (int variant_split : {256, 512}) {
+      for (int variant_split : {384, 768}) {  // around the default (1152): the latency-first choice and one between
         variants.push_back(c);
         variants.back().split = variant_split;
         variants.back().name += "_split" + std::to_string(variant_split);
