@@ -34,9 +34,9 @@ struct AttentionPoolView {
 };
 
 // Default chunk size of the CUDA backend: rows of up to 1152 candidates (128 window + 1024) run as one
-// chunk, so large batches and prefill write and merge no partial outputs (H200, H = 64: B = 128 over
-// 640 candidates 96 -> 62 us, prefill T = 4096 2282 -> 1600 us); the price is latency at B = 1
-// (35 -> 45 us over 640 candidates), where 384 is the better fixed choice (docs/notes-sparse-attention.md §12).
+// chunk, so large batches and prefill write and merge no partial outputs (H200, H = 64, 640
+// candidates: B = 128 in 57 us against 91 us with chunks of 384); the price is latency at B = 1
+// (37 us against 32 us with 384), where 384 is the better fixed choice (docs/notes-sparse-attention.md §12).
 inline constexpr int kDefaultSplitCandidates = 1152;
 // Largest split_candidates: a row of 128 window + 2048 compressed candidates fits one chunk, so it has
 // no partial outputs to write and merge (at large batches and in prefill those cost as much memory
