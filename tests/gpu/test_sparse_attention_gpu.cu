@@ -325,24 +325,27 @@ TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
   }
 }
 
-// The library's default split: rows of 640 and 1152 candidates in one chunk, 2176 in two; a row alone
-// gives the same bytes as in a batch of 128 at each width.
+// The library's default split: rows of 640 and 1152 candidates in one chunk, 2176 in two, on the
+// mma.sync tile (H = 16) and the wgmma tile (H = 64, and H = 128: two tiles per row); a row alone gives
+// the same bytes as in a batch of 128 at each width.
 TEST_F(SparseAttentionGpu, DefaultSplitMatchesReferenceAndKeepsRowBytes) {
   const Pool window(rng, 64, 24), compressed(rng, 64, 48);
-  for (int compressed_width : {512, 1024, 2048}) {
-    Problem batch(rng, window, compressed, 128, 64, 128, compressed_width);
-    batch.random_slots(rng, 0.02);
-    const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
-    const std::string what = "default split, K=" + std::to_string(compressed_width);
-    Problem alone = batch;
-    alone.rows = 1;
-    alone.q.resize(std::size_t(64) * 512);
-    alone.window_slots.resize(128);
-    alone.compressed_slots.resize(static_cast<std::size_t>(compressed_width));
-    const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
-    EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin())) << what << ": row 0 alone vs in the batch";
-    EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin())) << what << ": lse of row 0";
-    expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), what.c_str());
+  for (int heads : {16, 64, 128}) {
+    for (int compressed_width : {512, 1024, 2048}) {
+      Problem batch(rng, window, compressed, 128, heads, 128, compressed_width);
+      batch.random_slots(rng, 0.02);
+      const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
+      const std::string what = "default split, H=" + std::to_string(heads) + " K=" + std::to_string(compressed_width);
+      Problem alone = batch;
+      alone.rows = 1;
+      alone.q.resize(static_cast<std::size_t>(heads) * 512);
+      alone.window_slots.resize(128);
+      alone.compressed_slots.resize(static_cast<std::size_t>(compressed_width));
+      const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
+      EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin())) << what << ": row 0 alone vs in the batch";
+      EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin())) << what << ": lse of row 0";
+      expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), what.c_str());
+    }
   }
 }
 
