@@ -9,8 +9,13 @@
 //
 // Scales stay out of the MMA: a positive per-key scale commutes with ReLU and multiplies the head
 // sum; the per-(row, head) query scale is folded into the head weight. FP4 keys and queries are
-// widened to e4m3 codes relative to their largest block scale (exact while a block is within 2^7
+// widened to e4m3 codes relative to their largest block scale (exact while a block is within 2^8
 // of it; further below, values are rounded to e4m3 — see docs/notes-indexer.md).
+//
+// FP4 has two key paths (Fp4Path, chosen by the host): kChunks, the round-4 path (a lane loads 8-byte
+// pieces of two scale blocks per key and widens them through two tables), and kBlocks (a lane loads one
+// whole 32-value block per key with one 16-byte load and widens it through one table, with loads
+// issued kAhead steps ahead).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,6 +63,63 @@ __device__ __forceinline__ uint4 widen_e2m1x16(uint2 packed, uint2 table) {
   const uint2 lo = widen_e2m1x8(packed.x, table);
   const uint2 hi = widen_e2m1x8(packed.y, table);
   return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
+// ---- FP4, kBlocks path: integer table, one table per key block, natural value order ----
+
+// The e4m3 code (round to nearest even, as e4m3_from) of e2m1 magnitude code j times 2^-d, in integer
+// arithmetic (the table is built at every CTA start; frexp/ldexp cost more than the rest of the start).
+__host__ __device__ constexpr std::uint32_t e4m3_of_scaled_e2m1(int j, int d) {
+  constexpr int kHalves[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // magnitude in units of 0.5
+  constexpr int kLog2Halves[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  const int halves = kHalves[j];
+  if (halves == 0) return 0;
+  if (d <= 8) {  // exact: halves·2^(8−d) units of 2^-9 (the e4m3 subnormal step), at most two significant bits
+    const int units = halves << (8 - d);
+    const int log2 = kLog2Halves[j] + 8 - d;
+    if (log2 < 4) return static_cast<std::uint32_t>(units);  // subnormals and the first binade: code = units
+    return static_cast<std::uint32_t>(((log2 - 3) << 3) + (units >> (log2 - 3)));
+  }
+  const int shift = d - 8;  // halves / 2^shift units: below 8, a subnormal rounded to nearest even
+  if (shift > 4) return 0;  // below half a unit
+  const int q = halves >> shift, rest = halves & ((1 << shift) - 1), half = 1 << (shift - 1);
+  return static_cast<std::uint32_t>(q + ((rest > half || (rest == half && (q & 1) != 0)) ? 1 : 0));
+}
+
+// Widening table d (as e2m1_widening_table): byte j = e4m3 code of e2m1 magnitude j times 2^-d.
+__device__ __forceinline__ uint2 e2m1_table_from_integers(int d) {
+  std::uint32_t word[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) word[j / 4] |= e4m3_of_scaled_e2m1(j, d) << (8 * (j % 4));
+  return make_uint2(word[0], word[1]);
+}
+
+// Eight e2m1 codes (value j in nibble j of `packed`) → e4m3 codes through `table`, in value order: values
+// 0–3, then 4–7. A selector nibble's sign bit would switch prmt to msb replication, so the magnitudes are
+// looked up with it cleared; a second prmt with it kept, on all-0x80 bytes, gives 0xFF for a negative
+// value and 0x80 otherwise, and bit 0 of that byte is the e4m3 sign (11 instructions per 8 values).
+__device__ __forceinline__ uint2 widen_e2m1x8_in_order(std::uint32_t packed, uint2 table) {
+  constexpr std::uint32_t kMsbs = 0x80808080u;
+  const std::uint32_t magnitudes = packed & 0x77777777u;
+  const std::uint32_t lo = ptx::prmt(table.x, table.y, magnitudes);
+  const std::uint32_t hi = ptx::prmt(table.x, table.y, magnitudes >> 16);
+  const std::uint32_t lo_negative = ptx::prmt(kMsbs, kMsbs, packed);
+  const std::uint32_t hi_negative = ptx::prmt(kMsbs, kMsbs, packed >> 16);
+  return make_uint2(lo | ((lo_negative << 7) & kMsbs), hi | ((hi_negative << 7) & kMsbs));
+}
+
+// One 32-value block (16 bytes) → 32 e4m3 codes in value order (words 0..7 = values 4i..4i+3).
+__device__ __forceinline__ void widen_e2m1_block(const uint4& packed, uint2 table, uint4& lo, uint4& hi) {
+  const uint2 a = widen_e2m1x8_in_order(packed.x, table), b = widen_e2m1x8_in_order(packed.y, table);
+  const uint2 c = widen_e2m1x8_in_order(packed.z, table), d = widen_e2m1x8_in_order(packed.w, table);
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
+// Largest of the four ue8m0 bytes of `scales` (two 16-bit lanes, then one compare).
+__device__ __forceinline__ int largest_scale_byte(std::uint32_t scales) {
+  const std::uint32_t m = __vmaxu2(scales & 0x00ff00ffu, (scales >> 8) & 0x00ff00ffu);
+  return static_cast<int>(max(m & 0xffffu, m >> 16));
 }
 
 // Largest of the four ue8m0 bytes of `scales`.
@@ -162,57 +224,106 @@ __device__ __forceinline__ float widen_fp4_row(const PackedRow& row, const uint2
   return float_from_ue8m0(static_cast<std::uint8_t>(largest));
 }
 
+// ---- FP4 keys, kBlocks path: lane (g, q) loads block q (bytes [16q, 16q+16)) of its rows ----
+// The lane's 32 values are words 0..7 of its KeyRows (k-step j takes words 2j and 2j+1: values
+// 32q + 8j + 0..3 and + 4..7), so logical K index 32j + 16h + 4q + t is dimension 32q + 8j + 4h + t;
+// stage_queries applies the same bijection to the queries.
+
+// A lane's share of one FP4 key row as loaded. A row that was not loaded (past the visible range, or on
+// a page outside the pool) has scale bytes kUnloadedScales, which give a NaN key scale (past the visible
+// range the score is never written), and unspecified codes.
+struct BlockRow {
+  uint4 codes;
+  std::uint32_t scales;
+};
+inline constexpr std::uint32_t kUnloadedScales = 0xffffffffu;
+
+// Issues the loads of block `quad` of FP4 key row s and of its scales (no use of the data).
+__device__ __forceinline__ BlockRow load_fp4_block_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
+                                                       int visible_end, int quad) {
+  constexpr int kRowBytes = kDim / 2;
+  const int page = s < visible_end ? pages.of(p, s) : -1;
+  const bool loaded = page >= 0;
+  const int entry = s & (p.entries_per_page - 1);
+  const std::uint8_t* base = page_base(p, max(page, 0));  // never read unless loaded
+  BlockRow row;
+  row.codes = ptx::load_stream_v4_if(loaded, base + entry * kRowBytes + quad * kChunkBytes);
+  row.scales = ptx::load_stream_u32_or(loaded, base + p.entries_per_page * kRowBytes + entry * 4, kUnloadedScales);
+  return row;
+}
+
+// The e4m3 words of a loaded row's block (relative to the row's largest block scale) and the key's scale:
+// that block scale, NaN for a row that was not loaded (a scale byte of 0xff, NaN in e8m0, reads the same).
+__device__ __forceinline__ float widen_fp4_block_row(const BlockRow& row, const uint2* tables, int quad, uint4& lo,
+                                                     uint4& hi) {
+  const int largest = largest_scale_byte(row.scales);
+  const int block = static_cast<int>((row.scales >> (8 * quad)) & 0xffu);
+  widen_e2m1_block(row.codes, tables[min(largest - block, kExponentTables - 1)], lo, hi);
+  return largest == 0xff ? __int_as_float(0x7fc00000) : float_from_ue8m0(static_cast<std::uint8_t>(largest));
+}
+
 // ---- a lane's two key rows of a 64-key step (16w+g and 16w+g+8), as loaded ----
 
-template <IndexerKeyFormat kFormat>
+template <IndexerKeyFormat kFormat, Fp4Path kFp4>
 struct LoadedStep;
 
-template <>
-struct LoadedStep<IndexerKeyFormat::FP8> {  // ready for the MMA as loaded
+template <Fp4Path kFp4>
+struct LoadedStep<IndexerKeyFormat::FP8, kFp4> {  // ready for the MMA as loaded
   KeyRows keys;
   float scale_lo, scale_hi;
 };
 
 template <>
-struct LoadedStep<IndexerKeyFormat::FP4> {
+struct LoadedStep<IndexerKeyFormat::FP4, Fp4Path::kChunks> {
   PackedRow g, g8;
 };
 
-template <IndexerKeyFormat kFormat>
+template <>
+struct LoadedStep<IndexerKeyFormat::FP4, Fp4Path::kBlocks> {
+  BlockRow g, g8;
+};
+
+template <IndexerKeyFormat kFormat, Fp4Path kFp4>
 __device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
-                                          int visible_end, int g, int quad, LoadedStep<kFormat>& step) {
+                                          int visible_end, int g, int quad, LoadedStep<kFormat, kFp4>& step) {
   const int s = k0 + g;
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
     step.scale_lo = load_fp8_row(p, pages, s, visible_end, quad, step.keys.lo_g, step.keys.hi_g);
     step.scale_hi = load_fp8_row(p, pages, s + 8, visible_end, quad, step.keys.lo_g8, step.keys.hi_g8);
-  } else {
+  } else if constexpr (kFp4 == Fp4Path::kChunks) {
     step.g = load_fp4_row(p, pages, s, visible_end, quad);
     step.g8 = load_fp4_row(p, pages, s + 8, visible_end, quad);
+  } else {
+    step.g = load_fp4_block_row(p, pages, s, visible_end, quad);
+    step.g8 = load_fp4_block_row(p, pages, s + 8, visible_end, quad);
   }
 }
 
 // The step's wgmma A fragments and its two keys' scales.
-template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void ready_step(const LoadedStep<kFormat>& step, const uint2* tables, int quad,
+template <IndexerKeyFormat kFormat, Fp4Path kFp4>
+__device__ __forceinline__ void ready_step(const LoadedStep<kFormat, kFp4>& step, const uint2* tables, int quad,
                                            KeyRows& keys, float& scale_lo, float& scale_hi) {
   if constexpr (kFormat == IndexerKeyFormat::FP8) {
     keys = step.keys;
     scale_lo = step.scale_lo;
     scale_hi = step.scale_hi;
-  } else {
+  } else if constexpr (kFp4 == Fp4Path::kChunks) {
     scale_lo = widen_fp4_row(step.g, tables, quad, keys.lo_g, keys.hi_g);
     scale_hi = widen_fp4_row(step.g8, tables, quad, keys.lo_g8, keys.hi_g8);
+  } else {
+    scale_lo = widen_fp4_block_row(step.g, tables, quad, keys.lo_g, keys.hi_g);
+    scale_hi = widen_fp4_block_row(step.g8, tables, quad, keys.lo_g8, keys.hi_g8);
   }
 }
 
-// Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
-// (row, head) query scale into its weight. Row r, head h: 128 bytes at (r·heads + h)·128, holding
-// logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8). Logical chunk L
-// gathers word 2·(j%2) + L%2 of physical chunks 4·(j/2) + q, q = 0..3, j = L/2 — the bytes lane q
-// supplies to the A fragment of that k-step (see row_scores).
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// stage_queries for FP8 and FP4 kChunks (one thread per (row, head)), see there.
 template <IndexerKeyFormat kFormat>
-__device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::int64_t row0, int rows,
-                                              std::uint8_t* s_q, float* s_w, const uint2* tables) {
+__device__ __forceinline__ void stage_queries_in_chunks(const IndexerScoreParams& p, std::int64_t row0, int rows,
+                                                        std::uint8_t* s_q, float* s_w, const uint2* tables) {
   const int heads = p.heads;
   for (int rh = threadIdx.x; rh < rows * heads; rh += kThreads) {  // rh = r·heads + h
     const int h = rh % heads;
@@ -245,12 +356,42 @@ __device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::
     }
     s_w[rh] = p.weights[head] * scale;
   }
-  // The tensor cores read these bytes through the async proxy.
-  ptx::fence_proxy_async_shared();
 }
 
-__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+// Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
+// (row, head) query scale into its weight. Row r, head h: 128 bytes at (r·heads + h)·128, holding
+// logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8). Logical chunk L
+// gathers word 2·(j%2) + L%2 of physical chunks 4·(j/2) + q, q = 0..3, j = L/2 — the bytes lane q
+// supplies to the A fragment of that k-step (see row_scores). FP4 kBlocks uses its own bijection (see
+// load_fp4_block_row).
+template <IndexerKeyFormat kFormat, Fp4Path kFp4>
+__device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::int64_t row0, int rows,
+                                              std::uint8_t* s_q, float* s_w, const uint2* tables) {
+  const int heads = p.heads;
+  if constexpr (kFormat == IndexerKeyFormat::FP4 && kFp4 == Fp4Path::kBlocks) {
+    // One thread per (row, head, block b): the block's widened words 0..7 are dimensions 32b + 4L..4L+3,
+    // which the K bijection of load_fp4_block_row puts in word b of logical chunk L.
+    for (int item = threadIdx.x; item < rows * heads * 4; item += kThreads) {
+      const int rh = item / 4, block = item % 4, h = rh % heads;  // rh = r·heads + h
+      const std::int64_t head = row0 * heads + rh;
+      const std::uint32_t scales = static_cast<const std::uint32_t*>(p.q_scales)[head];
+      const uint4 packed = *reinterpret_cast<const uint4*>(p.q_codes + head * (kDim / 2) + block * kChunkBytes);
+      const int largest = largest_scale_byte(scales);
+      const int block_scale = static_cast<int>((scales >> (8 * block)) & 0xffu);
+      uint4 lo, hi;
+      widen_e2m1_block(packed, tables[min(largest - block_scale, kExponentTables - 1)], lo, hi);
+      std::uint8_t* out = s_q + rh * kDim + 4 * block;
+#pragma unroll
+      for (int chunk = 0; chunk < kChunksPerHead; ++chunk)
+        *reinterpret_cast<std::uint32_t*>(out + (chunk ^ (h & 7)) * kChunkBytes) =
+            word_of(chunk < 4 ? lo : hi, chunk % 4);
+      if (block == 0) s_w[rh] = p.weights[head] * float_from_ue8m0(static_cast<std::uint8_t>(largest));
+    }
+  } else {
+    stage_queries_in_chunks<kFormat>(p, row0, rows, s_q, s_w, tables);
+  }
+  // The tensor cores read these bytes through the async proxy.
+  ptx::fence_proxy_async_shared();
 }
 
 // Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys: lane (g, q) of warp w gets
@@ -299,8 +440,10 @@ __device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descr
 }
 
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
-template <IndexerKeyFormat kFormat>
+// kAhead: 64-key steps whose loads are in flight while a warpgroup computes one.
+template <IndexerKeyFormat kFormat, Fp4Path kFp4, int kAhead>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
+  static_assert(kAhead >= 1);
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
   std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
@@ -319,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   const int g = lane / 4, quad = lane % 4;
   const int log2_epp = p.entries_per_page_log2;
 
-  if constexpr (kFormat == IndexerKeyFormat::FP4) {
+  if constexpr (kFormat == IndexerKeyFormat::FP4 && kFp4 == Fp4Path::kChunks) {
     if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_widening_table(threadIdx.x);
     __syncthreads();
   }
@@ -351,7 +494,12 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     const int page = pages.first_page + (kThreads - 1 - static_cast<int>(threadIdx.x)) + i * kThreads;
     early_pages[i] = single_request && page <= last_chunk_page && page < p.max_pages ? p.page_table[page] : -1;
   }
-  stage_queries<kFormat>(p, row0, rows, s_q, s_w, s_tables);
+  if constexpr (kFormat == IndexerKeyFormat::FP4 && kFp4 == Fp4Path::kBlocks) {
+    // Built while the loads above are in flight (integer arithmetic, a few hundred cycles).
+    if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_table_from_integers(threadIdx.x);
+    __syncthreads();
+  }
+  stage_queries<kFormat, kFp4>(p, row0, rows, s_q, s_w, s_tables);
 #pragma unroll
   for (int r = 0; r < kRowsPerTile; ++r) {
     int count = 0;
@@ -402,11 +550,13 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     }
 
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
-    // loaded one step ahead: its loads are issued before the previous step is widened (FP4) and
+    // loaded kAhead steps ahead: its loads are issued before the earlier steps are widened (FP4) and
     // computed, and stay in flight meanwhile (FP4 keys stay packed until their own step widens them).
     const int first = col0 + warpgroup * kKeysPerStep;
-    LoadedStep<kFormat> loaded;
-    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
+    LoadedStep<kFormat, kFp4> ahead[kAhead];  // ahead[i]: the step i·kKeysPerCtaStep after k0
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i)
+      load_step<kFormat, kFp4>(p, pages, first + i * kKeysPerCtaStep + 16 * warp, key_end, g, quad, ahead[i]);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
       if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
         for (int r = r_begin; r < r_end; ++r) {
@@ -418,11 +568,11 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       }
       // The next step's loads go out first: issuing them after this step's widening and MMA issue
       // shortened the prefetch distance (measured: FP8 B=128 N=65536 382 → 403 µs).
-      LoadedStep<kFormat> next;
-      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+      LoadedStep<kFormat, kFp4> next;
+      load_step<kFormat, kFp4>(p, pages, k0 + kAhead * kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
       KeyRows keys;
       float scale_lo, scale_hi;
-      ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
+      ready_step<kFormat, kFp4>(ahead[0], s_tables, quad, keys, scale_lo, scale_hi);
       for (int r = r_begin; r < r_end; ++r) {
         const float sum = row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim),
                                      s_w + r * p.heads, p.heads, quad);
@@ -433,7 +583,9 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
-      loaded = next;
+#pragma unroll
+      for (int i = 0; i + 1 < kAhead; ++i) ahead[i] = ahead[i + 1];
+      ahead[kAhead - 1] = next;
     }
     r_begin = r_end;
   }
