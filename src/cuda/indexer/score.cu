@@ -2,8 +2,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/indexer/params.hpp"
@@ -13,21 +11,6 @@
 #include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
-namespace {
-
-constexpr const char* kFp4PathVariable = "DSV4_INDEXER_FP4_PATH";
-
-// The FP4 kernel variant: kBlocks with 2 steps in flight unless the environment asks for another.
-indexer_score::Fp4Variant fp4_variant_from_environment() {
-  using indexer_score::Fp4Path;
-  const char* value = std::getenv(kFp4PathVariable);
-  if (value == nullptr || std::strcmp(value, "blocks2") == 0) return {Fp4Path::kBlocks, 2};
-  if (std::strcmp(value, "blocks1") == 0) return {Fp4Path::kBlocks, 1};
-  if (std::strcmp(value, "chunks") == 0) return {Fp4Path::kChunks, 1};
-  throw Error(kFp4PathVariable, std::string("must be chunks, blocks1 or blocks2, got \"") + value + "\"");
-}
-
-}  // namespace
 
 void indexer_scores(const IndexerScoreParams& p, void* stream) {
   using namespace indexer_score;
@@ -53,9 +36,8 @@ void indexer_scores(const IndexerScoreParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
   const std::size_t shared = shared_bytes(p.heads, shape.tile_rows);
   auto* s = static_cast<cudaStream_t>(stream);
-  static const Fp4Variant fp4 = fp4_variant_from_environment();
-  if (p.format == IndexerKeyFormat::FP8) launch<IndexerKeyFormat::FP8>(p, grid, shape, shared, fp4, s);
-  else launch<IndexerKeyFormat::FP4>(p, grid, shape, shared, fp4, s);
+  if (p.format == IndexerKeyFormat::FP8) launch<IndexerKeyFormat::FP8>(p, grid, shape, shared, s);
+  else launch<IndexerKeyFormat::FP4>(p, grid, shape, shared, s);
   const cudaError_t status = cudaGetLastError();
   check_cuda(status, "indexer score kernel launch");
 }

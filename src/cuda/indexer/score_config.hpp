@@ -54,15 +54,6 @@ constexpr std::size_t shared_bytes(int heads, int tile_rows) {
   return kSwizzleAtom + tables_offset(heads, tile_rows) + kExponentTables * 8;
 }
 
-// The FP4 key path of the score kernel (see score_kernel.cuh) and its 64-key steps in flight per
-// warpgroup. score.cu picks kBlocks with 2 steps; DSV4_INDEXER_FP4_PATH = chunks | blocks1 | blocks2
-// selects another for A/B measurements (docs/notes-indexer.md, round 5).
-enum class Fp4Path { kChunks, kBlocks };
-struct Fp4Variant {
-  Fp4Path path = Fp4Path::kBlocks;
-  int ahead = 2;  // 1 or 2 (kChunks: 1)
-};
-
 // How a launch is shaped (score.cu picks it, the kernel follows it).
 struct ScoreShape {
   int key_chunk = 0;  // key columns per CTA, a multiple of kKeysPerCtaStep

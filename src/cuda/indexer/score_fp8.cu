@@ -4,11 +4,6 @@
 
 namespace dsv4::cuda::indexer_score {
 
-template <>
-ScoreKernel score_kernel_for<IndexerKeyFormat::FP8>(const Fp4Variant&) {
-  return score_kernel<IndexerKeyFormat::FP8, Fp4Path::kChunks, 1>;  // the FP4 path does not apply
-}
-
 DSV4_INSTANTIATE_SCORE_LAUNCH(IndexerKeyFormat::FP8)
 
 }  // namespace dsv4::cuda::indexer_score

@@ -9,23 +9,16 @@
 
 namespace dsv4::cuda::indexer_score {
 
-// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`; `fp4` picks the FP4
-// kernel (FP8 ignores it).
+// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`.
 template <IndexerKeyFormat kFormat>
-void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,
-            const Fp4Variant& fp4, cudaStream_t stream);
+void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared, cudaStream_t stream);
 
-// The kernel a launch of kFormat uses (FP8: its only one).
-using ScoreKernel = void (*)(IndexerScoreParams, ScoreShape);
-template <IndexerKeyFormat kFormat>
-ScoreKernel score_kernel_for(const Fp4Variant& fp4);
-
-// The bodies, for the two instantiating translation units (they include score_kernel.cuh first).
+// The body, for the two instantiating translation units (they include score_kernel.cuh first).
 #define DSV4_INSTANTIATE_SCORE_LAUNCH(FORMAT)                                                                 \
   template <>                                                                                               \
   void launch<FORMAT>(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,  \
-                      const Fp4Variant& fp4, cudaStream_t stream) {                                         \
-    const ScoreKernel kernel = score_kernel_for<FORMAT>(fp4);                                               \
+                      cudaStream_t stream) {                                                                \
+    auto* kernel = score_kernel<FORMAT>;                                                                    \
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));    \
     kernel<<<grid, kThreads, shared, stream>>>(p, shape);                                                   \
   }
