@@ -9,8 +9,10 @@
 //
 // Scales stay out of the MMA: a positive per-key scale commutes with ReLU and multiplies the head
 // sum; the per-(row, head) query scale is folded into the head weight. FP4 keys and queries are
-// widened to e4m3 codes relative to their largest block scale (exact while a block is within 2^7
-// of it; further below, values are rounded to e4m3 — see docs/notes-indexer.md).
+// widened to e4m3 codes relative to their largest block scale (exact while a block is within 2^8
+// of it; further below, values are rounded to e4m3 — see docs/notes-indexer.md). FP4 keys use their
+// own K bijection: a lane loads one whole 32-value scale block of each of its keys with one 16-byte
+// load (see load_fp4_row), and two 64-key steps of loads are in flight instead of one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,44 +32,62 @@ namespace dsv4::cuda::indexer_score {
 // two heads a quarter-warp reads in different banks.
 __device__ __forceinline__ int swizzled_chunk(int chunk, int head) { return chunk ^ ((head & 1) << 2); }
 
-// Widening table d: byte j = e4m3 code of e2m1 magnitude j times 2^-d (round to nearest even).
+// ---- FP4 widening: one table per key block, values in order ----
+
+// The e4m3 code (round to nearest even, as e4m3_from) of e2m1 magnitude code j times 2^-d, in integer
+// arithmetic: the tables are built at every CTA start, and this is a few integer operations where
+// e4m3_from(ldexp(...)) is a float frexp/ldexp/rint chain.
+__host__ __device__ constexpr std::uint32_t e4m3_of_scaled_e2m1(int j, int d) {
+  constexpr int kHalves[8] = {0, 1, 2, 3, 4, 6, 8, 12};  // magnitude in units of 0.5
+  constexpr int kLog2Halves[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  const int halves = kHalves[j];
+  if (halves == 0) return 0;
+  if (d <= 8) {  // exact: halves·2^(8−d) units of 2^-9 (the e4m3 subnormal step), at most two significant bits
+    const int units = halves << (8 - d);
+    const int log2 = kLog2Halves[j] + 8 - d;
+    if (log2 < 4) return static_cast<std::uint32_t>(units);  // subnormals and the first binade: code = units
+    return static_cast<std::uint32_t>(((log2 - 3) << 3) + (units >> (log2 - 3)));
+  }
+  const int shift = d - 8;  // halves / 2^shift units: below 8, a subnormal rounded to nearest even
+  if (shift > 4) return 0;  // below half a unit
+  const int q = halves >> shift, rest = halves & ((1 << shift) - 1), half = 1 << (shift - 1);
+  return static_cast<std::uint32_t>(q + ((rest > half || (rest == half && (q & 1) != 0)) ? 1 : 0));
+}
+
+// Widening table d: byte j = e4m3 code of e2m1 magnitude j times 2^-d.
 __device__ __forceinline__ uint2 e2m1_widening_table(int d) {
-  constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   std::uint32_t word[2] = {0, 0};
-  for (int j = 0; j < 8; ++j)
-    word[j / 4] |= static_cast<std::uint32_t>(e4m3_from(std::ldexp(kMagnitude[j], -d))) << (8 * (j % 4));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) word[j / 4] |= e4m3_of_scaled_e2m1(j, d) << (8 * (j % 4));
   return make_uint2(word[0], word[1]);
 }
 
-// Eight e2m1 codes (value j in nibble j of `packed`) → e4m3 codes through `table`, as two words:
-// the even values (0, 2, 4, 6) then the odd ones (1, 3, 5, 7). Queries and keys use this same
-// order, so it is part of the K-dimension bijection.
+// Eight e2m1 codes (value j in nibble j of `packed`) → e4m3 codes through `table`, in value order: values
+// 0–3, then 4–7. A selector nibble's sign bit would switch prmt to msb replication, so the magnitudes are
+// looked up with it cleared; a second prmt with it kept, on all-0x80 bytes, gives 0xFF for a negative
+// value and 0x80 otherwise, and bit 0 of that byte is the e4m3 sign (11 instructions per 8 values).
 __device__ __forceinline__ uint2 widen_e2m1x8(std::uint32_t packed, uint2 table) {
-  const std::uint32_t even = packed & 0x07070707u;         // magnitude codes, one per byte
-  const std::uint32_t odd = (packed >> 4) & 0x07070707u;
-  // Gather the four byte-wide codes into the four selector nibbles of a byte permutation.
-  const std::uint32_t even_selector = __byte_perm(even | (even >> 4), 0, 0x0020);
-  const std::uint32_t odd_selector = __byte_perm(odd | (odd >> 4), 0, 0x0020);
-  const std::uint32_t even_codes = __byte_perm(table.x, table.y, even_selector) | ((packed << 4) & 0x80808080u);
-  const std::uint32_t odd_codes = __byte_perm(table.x, table.y, odd_selector) | (packed & 0x80808080u);
-  return make_uint2(even_codes, odd_codes);
+  constexpr std::uint32_t kMsbs = 0x80808080u;
+  const std::uint32_t magnitudes = packed & 0x77777777u;
+  const std::uint32_t lo = ptx::prmt(table.x, table.y, magnitudes);
+  const std::uint32_t hi = ptx::prmt(table.x, table.y, magnitudes >> 16);
+  const std::uint32_t lo_negative = ptx::prmt(kMsbs, kMsbs, packed);
+  const std::uint32_t hi_negative = ptx::prmt(kMsbs, kMsbs, packed >> 16);
+  return make_uint2(lo | ((lo_negative << 7) & kMsbs), hi | ((hi_negative << 7) & kMsbs));
 }
 
-// 16 e2m1 values (8 bytes) → one 16-byte e4m3 chunk.
-__device__ __forceinline__ uint4 widen_e2m1x16(uint2 packed, uint2 table) {
-  const uint2 lo = widen_e2m1x8(packed.x, table);
-  const uint2 hi = widen_e2m1x8(packed.y, table);
-  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+// One 32-value block (16 bytes) → 32 e4m3 codes in value order (words 0..7 = values 4i..4i+3).
+__device__ __forceinline__ void widen_e2m1_block(const uint4& packed, uint2 table, uint4& lo, uint4& hi) {
+  const uint2 a = widen_e2m1x8(packed.x, table), b = widen_e2m1x8(packed.y, table);
+  const uint2 c = widen_e2m1x8(packed.z, table), d = widen_e2m1x8(packed.w, table);
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
 }
 
-// Largest of the four ue8m0 bytes of `scales`.
-__device__ __forceinline__ int max_scale_byte(std::uint32_t scales) {
-  const std::uint32_t m = __vmaxu4(scales, scales >> 16);
-  return static_cast<int>(max(m & 0xffu, (m >> 8) & 0xffu));
-}
-
-__device__ __forceinline__ uint2 table_for(const uint2* tables, int largest, int block_byte) {
-  return tables[min(largest - block_byte, kExponentTables - 1)];
+// Largest of the four ue8m0 bytes of `scales` (two 16-bit lanes, then one compare).
+__device__ __forceinline__ int largest_scale_byte(std::uint32_t scales) {
+  const std::uint32_t m = __vmaxu2(scales & 0x00ff00ffu, (scales >> 8) & 0x00ff00ffu);
+  return static_cast<int>(max(m & 0xffffu, m >> 16));
 }
 
 // A lane's share of two key rows (16w+g and 16w+g+8 of the warpgroup's 64): chunks q and q+4 of each.
@@ -112,54 +132,43 @@ __device__ __forceinline__ float load_fp8_row(const IndexerScoreParams& p, const
   return __uint_as_float(ptx::load_stream_u32(base + p.entries_per_page * kDim + entry * 4));
 }
 
-// ---- FP4 keys: loaded packed, widened only when their step is consumed ----
-// (Widening right after the loads made every step wait on the next step's data before computing:
-// no overlap at all. Packed, the next step also needs fewer registers in flight.)
+// ---- FP4 keys: lane (g, q) loads scale block q (bytes [16q, 16q+16)) of its rows ----
+// The lane's 32 values are words 0..7 of its KeyRows (k-step j takes words 2j and 2j+1: values
+// 32q + 8j + 0..3 and + 4..7), so logical K index 32j + 16h + 4q + t is dimension 32q + 8j + 4h + t;
+// stage_queries applies the same bijection to the queries. One 16-byte load per key row and one
+// widening table per row (a block's own), where 8-byte loads of two blocks needed two.
 
-// Whether a lane's FP4 key row was loaded: rows past the visible range read as zeros with scale 0,
-// rows on a page outside the pool as zeros with scale NaN.
-enum class RowState : std::uint32_t { kLoaded, kPastVisible, kOutsidePool };
-
-// A lane's share of one FP4 key row as loaded: packed chunks q and q + 4 and the four ue8m0 bytes.
+// A lane's share of one FP4 key row as loaded. A row that was not loaded (past the visible range, or on
+// a page outside the pool) has scale bytes kUnloadedScales, which give a NaN key scale (past the visible
+// range the score is never written), and unspecified codes.
 struct PackedRow {
-  uint2 lo, hi;
+  uint4 codes;
   std::uint32_t scales;
-  RowState state;
 };
+inline constexpr std::uint32_t kUnloadedScales = 0xffffffffu;
 
-// Issues the loads of a lane's share of FP4 key row s (no use of the data).
+// Issues the loads of block `quad` of FP4 key row s and of its scales (no use of the data).
 __device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
                                                   int visible_end, int quad) {
   constexpr int kRowBytes = kDim / 2;
-  PackedRow row{};
-  row.state = RowState::kPastVisible;
-  if (s >= visible_end) return row;
-  const int page = pages.of(p, s);
-  row.state = RowState::kOutsidePool;
-  if (page < 0) return row;
-  row.state = RowState::kLoaded;
+  const int page = s < visible_end ? pages.of(p, s) : -1;
+  const bool loaded = page >= 0;
   const int entry = s & (p.entries_per_page - 1);
-  const std::uint8_t* base = page_base(p, page);
-  const std::uint8_t* data = base + entry * kRowBytes + quad * (kChunkBytes / 2);
-  row.lo = ptx::load_stream_v2(data);
-  row.hi = ptx::load_stream_v2(data + kRowBytes / 2);
-  row.scales = ptx::load_stream_u32(base + p.entries_per_page * kRowBytes + entry * 4);
+  const std::uint8_t* base = page_base(p, max(page, 0));  // never read unless loaded
+  PackedRow row;
+  row.codes = ptx::load_stream_v4_if(loaded, base + entry * kRowBytes + quad * kChunkBytes);
+  row.scales = ptx::load_stream_u32_or(loaded, base + p.entries_per_page * kRowBytes + entry * 4, kUnloadedScales);
   return row;
 }
 
-// The e4m3 chunks of a loaded FP4 row, widened relative to the entry's largest block scale, and the
-// key's scale (that block scale), which multiplies the head sum.
+// The e4m3 words of a loaded row's block (relative to the row's largest block scale) and the key's scale:
+// that block scale, NaN for a row that was not loaded (a scale byte of 0xff, NaN in e8m0, reads the same).
 __device__ __forceinline__ float widen_fp4_row(const PackedRow& row, const uint2* tables, int quad, uint4& lo,
                                                uint4& hi) {
-  if (row.state != RowState::kLoaded) {
-    lo = hi = make_uint4(0, 0, 0, 0);
-    return row.state == RowState::kPastVisible ? 0.0f : __int_as_float(0x7fc00000);
-  }
-  const int largest = max_scale_byte(row.scales);
-  // Chunk q covers values [16q, 16q+16): block q/2; chunk q+4: block 2 + q/2.
-  lo = widen_e2m1x16(row.lo, table_for(tables, largest, (row.scales >> (8 * (quad / 2))) & 0xff));
-  hi = widen_e2m1x16(row.hi, table_for(tables, largest, (row.scales >> (8 * (2 + quad / 2))) & 0xff));
-  return float_from_ue8m0(static_cast<std::uint8_t>(largest));
+  const int largest = largest_scale_byte(row.scales);
+  const int block = static_cast<int>((row.scales >> (8 * quad)) & 0xffu);
+  widen_e2m1_block(row.codes, tables[min(largest - block, kExponentTables - 1)], lo, hi);
+  return largest == 0xff ? __int_as_float(0x7fc00000) : float_from_ue8m0(static_cast<std::uint8_t>(largest));
 }
 
 // ---- a lane's two key rows of a 64-key step (16w+g and 16w+g+8), as loaded ----
@@ -177,6 +186,11 @@ template <>
 struct LoadedStep<IndexerKeyFormat::FP4> {
   PackedRow g, g8;
 };
+
+// 64-key steps whose loads are in flight while a warpgroup computes one. FP4: two (its steps carry half
+// the bytes; measured at B=128 N=65536: 414 µs against 428 µs with one). FP8: one (registers).
+template <IndexerKeyFormat kFormat>
+inline constexpr int kStepsAhead = kFormat == IndexerKeyFormat::FP4 ? 2 : 1;
 
 template <IndexerKeyFormat kFormat>
 __device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
@@ -205,52 +219,61 @@ __device__ __forceinline__ void ready_step(const LoadedStep<kFormat>& step, cons
   }
 }
 
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
 // Copies the tile's queries into shared memory as e4m3 codes in the wgmma B layout and folds each
 // (row, head) query scale into its weight. Row r, head h: 128 bytes at (r·heads + h)·128, holding
-// logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8). Logical chunk L
-// gathers word 2·(j%2) + L%2 of physical chunks 4·(j/2) + q, q = 0..3, j = L/2 — the bytes lane q
-// supplies to the A fragment of that k-step (see row_scores).
+// logical chunk L (the k32 step L/2, its half L%2) at 16-byte slot L ^ (h mod 8).
+// FP8: logical chunk L gathers word 2·(j%2) + L%2 of physical chunks 4·(j/2) + q, q = 0..3, j = L/2 —
+// the bytes lane q supplies to the A fragment of that k-step (see row_scores).
+// FP4: word q of logical chunk L is dimensions 32q + 4L .. 32q + 4L + 3 (see load_fp4_row).
 template <IndexerKeyFormat kFormat>
 __device__ __forceinline__ void stage_queries(const IndexerScoreParams& p, std::int64_t row0, int rows,
                                               std::uint8_t* s_q, float* s_w, const uint2* tables) {
   const int heads = p.heads;
-  for (int rh = threadIdx.x; rh < rows * heads; rh += kThreads) {  // rh = r·heads + h
-    const int h = rh % heads;
-    const std::int64_t head = row0 * heads + rh;
-    uint4 physical[kChunksPerHead];
-    float scale;
-    if constexpr (kFormat == IndexerKeyFormat::FP8) {
+  if constexpr (kFormat == IndexerKeyFormat::FP4) {
+    // One thread per (row, head, block b): the block's widened words L = 0..7 (dimensions 32b + 4L..4L+3)
+    // go to word b of logical chunk L.
+    for (int item = threadIdx.x; item < rows * heads * 4; item += kThreads) {
+      const int rh = item / 4, block = item % 4, h = rh % heads;  // rh = r·heads + h
+      const std::int64_t head = row0 * heads + rh;
+      const std::uint32_t scales = static_cast<const std::uint32_t*>(p.q_scales)[head];
+      const uint4 packed = *reinterpret_cast<const uint4*>(p.q_codes + head * (kDim / 2) + block * kChunkBytes);
+      const int largest = largest_scale_byte(scales);
+      const int block_scale = static_cast<int>((scales >> (8 * block)) & 0xffu);
+      uint4 lo, hi;
+      widen_e2m1_block(packed, tables[min(largest - block_scale, kExponentTables - 1)], lo, hi);
+      std::uint8_t* out = s_q + rh * kDim + 4 * block;
+#pragma unroll
+      for (int chunk = 0; chunk < kChunksPerHead; ++chunk)
+        *reinterpret_cast<std::uint32_t*>(out + (chunk ^ (h & 7)) * kChunkBytes) =
+            word_of(chunk < 4 ? lo : hi, chunk % 4);
+      if (block == 0) s_w[rh] = p.weights[head] * float_from_ue8m0(static_cast<std::uint8_t>(largest));
+    }
+  } else {
+    for (int rh = threadIdx.x; rh < rows * heads; rh += kThreads) {  // rh = r·heads + h
+      const int h = rh % heads;
+      const std::int64_t head = row0 * heads + rh;
+      uint4 physical[kChunksPerHead];
 #pragma unroll
       for (int c = 0; c < kChunksPerHead; ++c)
         physical[c] = *reinterpret_cast<const uint4*>(p.q_codes + head * kDim + c * kChunkBytes);
-      scale = static_cast<const float*>(p.q_scales)[head];
-    } else {
-      const std::uint32_t scales = static_cast<const std::uint32_t*>(p.q_scales)[head];
-      const int largest = max_scale_byte(scales);
+      const float scale = static_cast<const float*>(p.q_scales)[head];
+      std::uint8_t* out = s_q + rh * kDim;
 #pragma unroll
-      for (int c = 0; c < kChunksPerHead; ++c) {
-        const uint2 packed = *reinterpret_cast<const uint2*>(p.q_codes + head * (kDim / 2) + c * (kChunkBytes / 2));
-        physical[c] = widen_e2m1x16(packed, table_for(tables, largest, (scales >> (8 * (c / 2))) & 0xff));
+      for (int logical = 0; logical < kChunksPerHead; ++logical) {
+        const int j = logical / 2, half = j / 2, word = 2 * (j % 2) + logical % 2;
+        const uint4 v = make_uint4(word_of(physical[4 * half], word), word_of(physical[4 * half + 1], word),
+                                   word_of(physical[4 * half + 2], word), word_of(physical[4 * half + 3], word));
+        *reinterpret_cast<uint4*>(out + ((logical ^ (h & 7)) * kChunkBytes)) = v;
       }
-      scale = float_from_ue8m0(static_cast<std::uint8_t>(largest));
+      s_w[rh] = p.weights[head] * scale;
     }
-    std::uint8_t* out = s_q + rh * kDim;
-#pragma unroll
-    for (int logical = 0; logical < kChunksPerHead; ++logical) {
-      const int j = logical / 2, half = j / 2, word = 2 * (j % 2) + logical % 2;
-      const auto pick = [&](const uint4& v) { return word == 0 ? v.x : word == 1 ? v.y : word == 2 ? v.z : v.w; };
-      const uint4 v = make_uint4(pick(physical[4 * half]), pick(physical[4 * half + 1]), pick(physical[4 * half + 2]),
-                                 pick(physical[4 * half + 3]));
-      *reinterpret_cast<uint4*>(out + ((logical ^ (h & 7)) * kChunkBytes)) = v;
-    }
-    s_w[rh] = p.weights[head] * scale;
   }
   // The tensor cores read these bytes through the async proxy.
   ptx::fence_proxy_async_shared();
-}
-
-__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // Σ_h w_h·ReLU(q_h·k) for one query row against the warpgroup's 64 keys: lane (g, q) of warp w gets
@@ -301,6 +324,7 @@ __device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descr
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
 template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
+  constexpr int kAhead = kStepsAhead<kFormat>;
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
   std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
@@ -318,11 +342,6 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   const int cta_warp = threadIdx.x / 32, warp = cta_warp % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, quad = lane % 4;
   const int log2_epp = p.entries_per_page_log2;
-
-  if constexpr (kFormat == IndexerKeyFormat::FP4) {
-    if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_widening_table(threadIdx.x);
-    __syncthreads();
-  }
 
   // The tile's bookkeeping and queries take one memory round trip: every load below is issued before
   // any result is used (each thread keeps its values in registers until after the query staging).
@@ -350,6 +369,11 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   for (int i = 0; i < kEarlyPages; ++i) {  // from the last thread down: the first ones stage queries
     const int page = pages.first_page + (kThreads - 1 - static_cast<int>(threadIdx.x)) + i * kThreads;
     early_pages[i] = single_request && page <= last_chunk_page && page < p.max_pages ? p.page_table[page] : -1;
+  }
+  if constexpr (kFormat == IndexerKeyFormat::FP4) {
+    // Built while the loads above are in flight (integer arithmetic, a few hundred cycles).
+    if (threadIdx.x < kExponentTables) s_tables[threadIdx.x] = e2m1_widening_table(threadIdx.x);
+    __syncthreads();
   }
   stage_queries<kFormat>(p, row0, rows, s_q, s_w, s_tables);
 #pragma unroll
@@ -402,11 +426,13 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     }
 
     // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
-    // loaded one step ahead: its loads are issued before the previous step is widened (FP4) and
+    // loaded kAhead steps ahead: its loads are issued before the earlier steps are widened (FP4) and
     // computed, and stay in flight meanwhile (FP4 keys stay packed until their own step widens them).
     const int first = col0 + warpgroup * kKeysPerStep;
-    LoadedStep<kFormat> loaded;
-    load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
+    LoadedStep<kFormat> ahead[kAhead];  // ahead[i]: the step i·kKeysPerCtaStep after k0
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i)
+      load_step<kFormat>(p, pages, first + i * kKeysPerCtaStep + 16 * warp, key_end, g, quad, ahead[i]);
     for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
       if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
         for (int r = r_begin; r < r_end; ++r) {
@@ -419,10 +445,10 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       // The next step's loads go out first: issuing them after this step's widening and MMA issue
       // shortened the prefetch distance (measured: FP8 B=128 N=65536 382 → 403 µs).
       LoadedStep<kFormat> next;
-      load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+      load_step<kFormat>(p, pages, k0 + kAhead * kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
       KeyRows keys;
       float scale_lo, scale_hi;
-      ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
+      ready_step<kFormat>(ahead[0], s_tables, quad, keys, scale_lo, scale_hi);
       for (int r = r_begin; r < r_end; ++r) {
         const float sum = row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim),
                                      s_w + r * p.heads, p.heads, quad);
@@ -433,7 +459,9 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
-      loaded = next;
+#pragma unroll
+      for (int i = 0; i + 1 < kAhead; ++i) ahead[i] = ahead[i + 1];
+      ahead[kAhead - 1] = next;
     }
     r_begin = r_end;
   }
