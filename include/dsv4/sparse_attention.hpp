@@ -42,6 +42,9 @@ inline constexpr int kDefaultSplitCandidates = 1152;
 // no partial outputs to write and merge (at large batches and in prefill those cost as much memory
 // traffic as the entries themselves).
 inline constexpr int kMaxSplitCandidates = 2560;
+static_assert(kMaxSplitCandidates % 64 == 0 && kDefaultSplitCandidates % 64 == 0 &&
+                  kDefaultSplitCandidates <= kMaxSplitCandidates,
+              "splits are whole 64-candidate blocks, the default within the limit");
 
 struct SparseAttentionOptions {
   // Multiplies q·e (SPEC: 1/sqrt(d), d = 512). Must be finite and positive.

@@ -270,8 +270,11 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
   expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, cos_only));
   SparseAttentionOptions short_table = cos_only; short_table.rope_sin = TensorView{table.data(), DType::F32, {2, 16}};
   expect_error("rope_sin", call_with(q, w, c, ws, cs, sink, out, lse, short_table));
-  SparseAttentionOptions bad_split; bad_split.split_candidates = 96;
-  expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, bad_split));
+  for (const int bad : {96, 0, -64, kMaxSplitCandidates + 64}) {
+    SparseAttentionOptions bad_split;
+    bad_split.split_candidates = bad;
+    expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, bad_split));
+  }
   for (const int bad_parts : {-1, 3, 8}) {
     SparseAttentionOptions bad_output_parts;
     bad_output_parts.output_parts = bad_parts;
@@ -294,11 +297,21 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
     p.sink[1] = bad;
     expect_error("attn_sink", call_with(q, w, c, ws, cs, sink, out, lse));
   }
+  // The largest split is accepted (last: a successful call writes the outputs).
+  p.sink[1] = 0.5f;
+  SparseAttentionOptions largest_split;
+  largest_split.split_candidates = kMaxSplitCandidates;
+  EXPECT_NO_THROW(call_with(q, w, c, ws, cs, sink, out, lse, largest_split)());
 }
 
 TEST(SparseAttentionReference, WorkspaceSize) {
   EXPECT_EQ(sparse_attention_workspace_bytes(4, 64, 512, 512), 0u);  // one chunk: no scratch
   EXPECT_THROW(sparse_attention_workspace_bytes(4, 64, 640, 100), Error);
+  EXPECT_THROW(sparse_attention_workspace_bytes(4, 64, 640, kMaxSplitCandidates + 64), Error);
+  EXPECT_EQ(sparse_attention_workspace_bytes(4, 64, kDefaultSplitCandidates), 0u);  // the default: one chunk
+  if (cuda_backend_built()) {
+    EXPECT_GT(sparse_attention_workspace_bytes(4, 64, kDefaultSplitCandidates + 1), 0u);
+  }
   if (cuda_backend_built()) {
     // Two chunks of 512 candidates: O (512 floats) and (max, sum) per row, chunk and head, plus counters.
     EXPECT_GE(sparse_attention_workspace_bytes(4, 64, 640, 512), 4u * 2 * 64 * (512 + 2) * 4 + 4 * 4 * 4);

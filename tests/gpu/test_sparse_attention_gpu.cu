@@ -210,7 +210,7 @@ TEST_F(SparseAttentionGpu, WindowOnlyAndSingleCandidateRows) {
 
 TEST_F(SparseAttentionGpu, RowsWithManyMissingSlotsAcrossChunks) {
   const Pool window(rng, 64, 16), compressed(rng, 16, 64);
-  Problem p(rng, window, compressed, 10, 64, 128, 1024);  // three chunks of 512
+  Problem p(rng, window, compressed, 10, 64, 128, 1024);  // three chunks of 384 (the tests' split)
   p.random_slots(rng, 0.9);
   for (int j = 0; j < 1024; ++j) p.compressed_slots[3 * 1024 + j] = -1;  // row 3: window only
   for (int j = 0; j < 128; ++j) p.window_slots[5 * 128 + j] = -1;        // row 5: compressed only
@@ -255,7 +255,7 @@ TEST_F(SparseAttentionGpu, SplitSizesMatchReference) {
   for (int heads : {32, 64}) {
     Problem p(rng, window, compressed, 6, heads, 128, 1024);
     p.random_slots(rng, 0.1);
-    for (int split : {64, 192, 512, 2560}) {
+    for (int split : {64, 192, 512, 1152, 2560}) {
       SparseAttentionOptions options = chunked();
       options.split_candidates = split;
       expect_matches_reference(p, options, "H=" + std::to_string(heads) + " split " + std::to_string(split));
@@ -325,6 +325,20 @@ TEST_F(SparseAttentionGpu, PartialSchedulingGroupsMatchReference) {
   }
 }
 
+// The largest split: one chunk of 40 blocks (128 + 2432 candidates, every slot-table entry, valid
+// word and live-list place in use), and two chunks (128 + 2496).
+TEST_F(SparseAttentionGpu, LargestSplitMatchesReference) {
+  const Pool window(rng, 64, 8), compressed(rng, 64, 48);
+  for (int compressed_width : {2432, 2496}) {
+    Problem p(rng, window, compressed, 3, 64, 128, compressed_width);
+    p.random_slots(rng, 0.05);
+    SparseAttentionOptions options;
+    options.split_candidates = kMaxSplitCandidates;
+    expect_matches_reference(p, options, "split " + std::to_string(kMaxSplitCandidates) + ", K=" +
+                                             std::to_string(compressed_width));
+  }
+}
+
 // The library's default split: rows of 640 and 1152 candidates in one chunk, 2176 in two, on the
 // mma.sync tile (H = 16) and the wgmma tile (H = 64, and H = 128: two tiles per row); a row alone gives
 // the same bytes as in a batch of 128 at each width.
@@ -336,15 +350,19 @@ TEST_F(SparseAttentionGpu, DefaultSplitMatchesReferenceAndKeepsRowBytes) {
       batch.random_slots(rng, 0.02);
       const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
       const std::string what = "default split, H=" + std::to_string(heads) + " K=" + std::to_string(compressed_width);
-      Problem alone = batch;
-      alone.rows = 1;
-      alone.q.resize(static_cast<std::size_t>(heads) * 512);
-      alone.window_slots.resize(128);
-      alone.compressed_slots.resize(static_cast<std::size_t>(compressed_width));
-      const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
-      EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin())) << what << ": row 0 alone vs in the batch";
-      EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin())) << what << ": lse of row 0";
-      expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), what.c_str());
+      for (int r : {0, 77, 127}) {
+        const std::size_t q_size = static_cast<std::size_t>(heads) * 512, cw = static_cast<std::size_t>(compressed_width);
+        Problem alone = batch;
+        alone.rows = 1;
+        alone.q.assign(batch.q.begin() + r * q_size, batch.q.begin() + (r + 1) * q_size);
+        alone.window_slots.assign(batch.window_slots.begin() + r * 128, batch.window_slots.begin() + (r + 1) * 128);
+        alone.compressed_slots.assign(batch.compressed_slots.begin() + r * cw, batch.compressed_slots.begin() + (r + 1) * cw);
+        const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
+        const std::string row = what + " row " + std::to_string(r);
+        EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + r * q_size)) << row << ": alone vs in the batch";
+        EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + r * heads)) << row << ": lse";
+        if (r == 0) expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), row.c_str());
+      }
     }
   }
 }
@@ -446,11 +464,17 @@ TEST_F(SparseAttentionGpu, MissingSlotPaddingKeepsBytes) {
   Problem window_only = narrow;
   window_only.compressed_width = 0;
   window_only.compressed_slots.clear();
-  const Outputs a = narrow.run(Device::CUDA), b = wide.run(Device::CUDA), c = window_only.run(Device::CUDA);
-  EXPECT_EQ(a.out, b.out);
-  EXPECT_EQ(a.lse, b.lse);
-  const std::size_t three_rows = std::size_t(3) * 64 * 512;
-  EXPECT_TRUE(std::equal(c.out.begin(), c.out.begin() + three_rows, a.out.begin())) << "one chunk vs merged";
+  // At the tests' split of 384 the 428-candidate rows are two chunks; at the default (1152) they are
+  // one and the padded 1628-candidate rows two.
+  for (const SparseAttentionOptions& options : {chunked(), SparseAttentionOptions{}}) {
+    const std::string what = "split " + std::to_string(options.split_candidates);
+    const Outputs a = narrow.run(Device::CUDA, options), b = wide.run(Device::CUDA, options),
+                  c = window_only.run(Device::CUDA, options);
+    EXPECT_EQ(a.out, b.out) << what;
+    EXPECT_EQ(a.lse, b.lse) << what;
+    const std::size_t three_rows = std::size_t(3) * 64 * 512;
+    EXPECT_TRUE(std::equal(c.out.begin(), c.out.begin() + three_rows, a.out.begin())) << what << ": one chunk vs merged";
+  }
 }
 
 TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
@@ -496,32 +520,40 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
 
 // ---- the FP8 dequantization, exhaustively --------------------------------------------------------
 
-__global__ void dequantize_all_codes(const std::uint8_t* scales /*[n]*/, int n, std::uint16_t* out /*[n][256]*/) {
-  const int s = blockIdx.x, code = threadIdx.x;  // one thread per code, 8 codes share a call
-  if (s >= n || code % 8 != 0) return;
-  std::uint8_t bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<std::uint8_t>(code + i);
-  uint2 packed;
-  memcpy(&packed, bytes, 8);
+// One block per scale byte, one thread per code pair (lo, hi): the pair fills both byte positions
+// of each 16-bit selector (codes.x = lo | hi << 8 | lo << 16 | hi << 24, codes.y the same with the
+// bytes swapped), so every code meets every other code — sign and position — in one call.
+__global__ void dequantize_all_pairs(const std::uint8_t* scales /*[n]*/, int n, std::uint16_t* out /*[n][65536][8]*/) {
+  const int s = blockIdx.y;
+  const int pair = blockIdx.x * blockDim.x + threadIdx.x;  // lo + 256·hi
+  if (s >= n || pair >= 65536) return;
+  const std::uint32_t lo = pair & 0xff, hi = pair >> 8;
+  const uint2 packed = make_uint2(lo | hi << 8 | lo << 16 | hi << 24, hi | lo << 8 | hi << 16 | lo << 24);
   const uint4 v = cuda::sparse_attention::dequantize_e4m3x8(packed, scales[s]);
-  memcpy(out + s * 256 + code, &v, 16);
+  memcpy(out + (static_cast<std::size_t>(s) * 65536 + pair) * 8, &v, 16);
 }
 
 TEST_F(SparseAttentionGpu, DequantizesEveryCodeAndScaleExactly) {
   std::vector<std::uint8_t> scales;
-  for (int e = 100; e <= 160; ++e) scales.push_back(static_cast<std::uint8_t>(e));  // both multiply paths
+  for (int e = 0; e <= 254; ++e) scales.push_back(static_cast<std::uint8_t>(e));  // both multiply paths, under- and overflow
   const int n = static_cast<int>(scales.size());
   Tensor d_scales = Tensor::from_host(DType::U8, {n}, scales.data(), Device::CUDA);
-  Tensor d_out = Tensor::empty(DType::BF16, {n, 256}, Device::CUDA);
-  dequantize_all_codes<<<n, 256>>>(d_scales.data_as<std::uint8_t>(), n, d_out.data_as<std::uint16_t>());
+  Tensor d_out = Tensor::empty(DType::BF16, {n, 65536, 8}, Device::CUDA);
+  dequantize_all_pairs<<<dim3(65536 / 256, n), 256>>>(d_scales.data_as<std::uint8_t>(), n, d_out.data_as<std::uint16_t>());
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Tensor host = d_out.to(Device::CPU);
+  const std::uint16_t* got = host.data_as<std::uint16_t>();
   for (int s = 0; s < n; ++s) {
-    for (int code = 0; code < 256; ++code) {
-      if ((code & 0x7f) == 0x7f) continue;  // NaN codes are never written
-      const float expected = float_from_e4m3(static_cast<std::uint8_t>(code)) * float_from_ue8m0(scales[s]);
-      const std::uint16_t got = host.data_as<std::uint16_t>()[s * 256 + code];
-      ASSERT_EQ(got, bf16_bits_from_float(expected)) << "code " << code << " scale byte " << int(scales[s]);
+    std::uint16_t expected[256];  // bf16 of code × 2^(e−127): exact in float, one rounding to bf16
+    for (int code = 0; code < 256; ++code)
+      expected[code] = bf16_bits_from_float(float_from_e4m3(static_cast<std::uint8_t>(code)) * float_from_ue8m0(scales[s]));
+    for (int pair = 0; pair < 65536; ++pair) {
+      const int lo = pair & 0xff, hi = pair >> 8;
+      if ((lo & 0x7f) == 0x7f || (hi & 0x7f) == 0x7f) continue;  // NaN codes are never written
+      const int order[8] = {lo, hi, lo, hi, hi, lo, hi, lo};
+      for (int i = 0; i < 8; ++i)
+        ASSERT_EQ(got[(static_cast<std::size_t>(s) * 65536 + pair) * 8 + i], expected[order[i]])
+            << "codes " << lo << ", " << hi << " position " << i << " scale byte " << int(scales[s]);
     }
   }
 }
@@ -583,6 +615,13 @@ TEST_F(SparseAttentionGpu, SanitizeMergedChunks) {
   SparseAttentionOptions options = chunked();
   options.split_candidates = 64;  // three chunks
   expect_matches_reference(p, options, "sanitize merged");
+}
+
+TEST_F(SparseAttentionGpu, SanitizeLargeChunks) {
+  const Pool window(rng, 64, 2), compressed(rng, 64, 24);
+  Problem p(rng, window, compressed, 2, 64, 64, 1400);  // the default split: 1152 + 312
+  p.random_slots(rng, 0.1);
+  expect_matches_reference(p, SparseAttentionOptions{}, "sanitize default split");
 }
 
 TEST_F(SparseAttentionGpu, SanitizeOneChunkAndPaddedHeads) {

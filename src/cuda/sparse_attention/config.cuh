@@ -1,6 +1,7 @@
 // src/cuda/sparse_attention/config.cuh — tile shapes and the shared-memory plan of the mma.sync kernel.
 //
-// One thread block = one query row × a tile of 16 or 32 heads × one chunk of ≤ 512 candidates,
+// One thread block = one query row × a tile of 16 or 32 heads × one chunk of ≤ kMaxSplitCandidates
+// (2560) candidates,
 // walked in blocks of 64 candidates (the 64-head tile is the wgmma kernel, wgmma_kernel.cuh, with
 // its own plan). Warps form a grid: kRowWarps along heads × 4 along the candidates (for Q·Kᵀ: 16
 // candidates each) and, reusing the same warps, along the 512 output dims (for P·V: 128 dims each).
@@ -21,7 +22,7 @@ inline constexpr int kBlock = kCandidateBlock;                             // 64
 inline constexpr int kColumnWarps = 4;
 inline constexpr int kCandidatesPerWarp = kBlock / kColumnWarps;           // 16: two n-tiles of 8
 inline constexpr int kDimsPerWarp = kDim / kColumnWarps;                   // 128: sixteen n-tiles of 8
-inline constexpr int kMaxBlocksPerSplit = kMaxSplitCandidates / kBlock;    // 8
+inline constexpr int kMaxBlocksPerSplit = kMaxSplitCandidates / kBlock;    // 40
 // Warps of the 16- and 32-head kernels: 4 MMA warps plus load warps (Traits::kWarps).
 inline constexpr int kLoadingWarps = 8;
 // Row pitch (bf16) of the Q and K tiles: 1040 B ≡ 16 mod 128, so the 8 row addresses of an
@@ -56,15 +57,16 @@ struct Traits {
   static constexpr int kProb = kRaw + 2 * kRawStageBytes;                 // bf16 [kHeadTile][kProbPitch]
   static constexpr int kRowMax = kProb + kHeadTile * kProbPitch * 2;      // f32 [4][kHeadTile]
   static constexpr int kRowSum = kRowMax + kColumnWarps * kHeadTile * 4;  // f32 [4][kHeadTile]
-  static constexpr int kSlots = kRowSum + kColumnWarps * kHeadTile * 4;   // i32 [512]: slot or −1
-  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;         // u32 [8][2]: valid-candidate bits per block
-  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;       // i32 [8] live blocks, count, flag
+  static constexpr int kSlots = kRowSum + kColumnWarps * kHeadTile * 4;   // i32 [kMaxSplitCandidates]: slot or −1
+  static constexpr int kValid = kSlots + kMaxSplitCandidates * 4;         // u32 [kMaxBlocksPerSplit][2]: valid bits per block
+  static constexpr int kLive = kValid + kMaxBlocksPerSplit * 2 * 4;       // i32 [kMaxBlocksPerSplit] live blocks, count, flag
   static constexpr int kSmemBytes = kLive + (kMaxBlocksPerSplit + 4) * 4;
 
   // The merge of a row's chunks keeps its weights [kHeadTile][chunks] in the K tile and raw stages.
   static constexpr int kMaxChunks = (kProb - kK) / (kHeadTile * 4);
   static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit for every tile");
-  static_assert(kK % 16 == 0 && kRaw % 16 == 0 && kProb % 16 == 0 && kRowMax % 16 == 0 && kSlots % 16 == 0,
+  static_assert(kK % 16 == 0 && kRaw % 16 == 0 && kProb % 16 == 0 && kRowMax % 16 == 0 && kSlots % 16 == 0 &&
+                    kValid % 16 == 0 && kLive % 16 == 0,
                 "16-byte aligned regions (cp.async, ldmatrix)");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
 };

@@ -393,8 +393,8 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   auto* s_row_max = reinterpret_cast<float*>(smem + T::kRowMax);      // [4][kHeadTile]
   auto* s_row_sum = reinterpret_cast<float*>(smem + T::kRowSum);      // [4][kHeadTile]
   auto* s_slots = reinterpret_cast<int*>(smem + T::kSlots);           // [kMaxSplitCandidates]
-  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + T::kValid); // [8][2] valid bits of each block
-  auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [8] live block numbers
+  auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + T::kValid); // [kMaxBlocksPerSplit][2] valid bits of each block
+  auto* s_live = reinterpret_cast<int*>(smem + T::kLive);             // [kMaxBlocksPerSplit] live block numbers
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;

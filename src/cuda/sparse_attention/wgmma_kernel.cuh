@@ -70,6 +70,9 @@ struct WgmmaPlan {
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
   static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
+  static_assert(kK % 1024 == 0 && kSlots % 16 == 0 && kValid % 16 == 0 && kLive % 16 == 0 && kRowMax % 16 == 0 &&
+                    kProb % 16 == 0 && kInv % 16 == 0,
+                "swizzled tiles on 1024-byte boundaries, every other region 16-byte aligned");
   // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
   // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
   static constexpr int kThreadsPerEntry = 4;
@@ -192,7 +195,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   std::uint8_t* s_k = smem + W::kK;                                     // 2 × bf16 [64 candidates][512], swizzled
   auto* s_slots = reinterpret_cast<int*>(smem + W::kSlots);             // [kMaxSplitCandidates]
   auto* s_valid = reinterpret_cast<std::uint32_t*>(smem + W::kValid);   // [kMaxBlocksPerSplit][2]
-  auto* s_live = reinterpret_cast<int*>(smem + W::kLive);               // [8] + count + flag
+  auto* s_live = reinterpret_cast<int*>(smem + W::kLive);               // [kMaxBlocksPerSplit] + count + flag
   auto* s_row_max = reinterpret_cast<float*>(smem + W::kRowMax);        // [2][64]: block maxima, then sums
   auto* s_prob = reinterpret_cast<std::uint32_t*>(smem + W::kProb);     // [2][8][128] bf16x2 P fragments
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
