@@ -153,14 +153,16 @@ inline constexpr std::uint32_t kUnloadedScales = 0xffffffffu;
 // Issues the loads of block `quad` of FP4 key row s and of its scales (no use of the data).
 __device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
                                                   int visible_end, int quad) {
-  constexpr int kRowBytes = kDim / 2;
+  constexpr std::uint32_t kRowBytes = kDim / 2;
   const int page = s < visible_end ? pages.of(p, s) : -1;
   const bool loaded = page >= 0;
-  const int entry = s & (p.entries_per_page - 1);
+  // Unsigned in-page offsets: added to the 64-bit page base without sign extension.
+  const std::uint32_t entry = static_cast<std::uint32_t>(s & (p.entries_per_page - 1));
   const std::uint8_t* base = page_base(p, max(page, 0));  // never read unless loaded
   PackedRow row;
-  row.codes = ptx::load_stream_v4_if(loaded, base + entry * kRowBytes + quad * kChunkBytes);
-  row.scales = ptx::load_stream_u32_or(loaded, base + p.entries_per_page * kRowBytes + entry * 4, kUnloadedScales);
+  row.codes = ptx::load_stream_v4_if(loaded, base + (entry * kRowBytes + static_cast<std::uint32_t>(quad) * kChunkBytes));
+  row.scales = ptx::load_stream_u32_or(
+      loaded, base + (static_cast<std::uint32_t>(p.entries_per_page) * kRowBytes + entry * 4), kUnloadedScales);
   return row;
 }
 
@@ -171,7 +173,9 @@ __device__ __forceinline__ float widen_fp4_row(const PackedRow& row, const uint2
   const int largest = largest_scale_byte(row.scales);
   const int block = static_cast<int>((row.scales >> (8 * quad)) & 0xffu);
   widen_e2m1_block(row.codes, tables[min(largest - block, kExponentTables - 1)], lo, hi);
-  return largest == 0xff ? __int_as_float(0x7fc00000) : float_from_ue8m0(static_cast<std::uint8_t>(largest));
+  // 2^(largest − 127) (as float_from_ue8m0: 0x00400000 for byte 0), NaN for byte 0xff.
+  const bool special = largest == 0 || largest == 0xff;
+  return __uint_as_float((static_cast<std::uint32_t>(largest) << 23) | (special ? 0x00400000u : 0u));
 }
 
 // ---- a lane's two key rows of a 64-key step (16w+g and 16w+g+8), as loaded ----
