@@ -54,26 +54,29 @@ __host__ __device__ constexpr std::uint32_t e4m3_of_scaled_e2m1(int j, int d) {
   return static_cast<std::uint32_t>(q + ((rest > half || (rest == half && (q & 1) != 0)) ? 1 : 0));
 }
 
-// Widening table d: byte j = e4m3 code of e2m1 magnitude j times 2^-d.
+// Widening table d: byte j = e4m3 code of −(e2m1 magnitude j times 2^-d), i.e. with the sign bit set
+// (widen_e2m1x8 clears it for positive values).
 __device__ __forceinline__ uint2 e2m1_widening_table(int d) {
-  std::uint32_t word[2] = {0, 0};
+  std::uint32_t word[2] = {0x80808080u, 0x80808080u};
 #pragma unroll
   for (int j = 0; j < 8; ++j) word[j / 4] |= e4m3_of_scaled_e2m1(j, d) << (8 * (j % 4));
   return make_uint2(word[0], word[1]);
 }
 
 // Eight e2m1 codes (value j in nibble j of `packed`) → e4m3 codes through `table`, in value order: values
-// 0–3, then 4–7. A selector nibble's sign bit would switch prmt to msb replication, so the magnitudes are
-// looked up with it cleared; a second prmt with it kept, on all-0x80 bytes, gives 0xFF for a negative
-// value and 0x80 otherwise, and bit 0 of that byte is the e4m3 sign (11 instructions per 8 values).
+// 0–3, then 4–7. A selector nibble's sign bit would switch prmt to msb replication, so the (negated)
+// codes are looked up with it cleared. A second prmt keeps it and points every nibble at bytes 4–7,
+// all 0x01 (an immediate operand; bytes 0–3 are zero): 1 for a positive value, 0 for a negative one,
+// and code − 128·that clears the sign of the positive ones (10 instructions per 8 values).
 __device__ __forceinline__ uint2 widen_e2m1x8(std::uint32_t packed, uint2 table) {
-  constexpr std::uint32_t kMsbs = 0x80808080u;
+  constexpr std::uint32_t kOnes = 0x01010101u;
   const std::uint32_t magnitudes = packed & 0x77777777u;
   const std::uint32_t lo = ptx::prmt(table.x, table.y, magnitudes);
   const std::uint32_t hi = ptx::prmt(table.x, table.y, magnitudes >> 16);
-  const std::uint32_t lo_negative = ptx::prmt(kMsbs, kMsbs, packed);
-  const std::uint32_t hi_negative = ptx::prmt(kMsbs, kMsbs, packed >> 16);
-  return make_uint2(lo | ((lo_negative << 7) & kMsbs), hi | ((hi_negative << 7) & kMsbs));
+  const std::uint32_t sign_selectors = packed | 0x44444444u;
+  const std::uint32_t lo_positive = ptx::prmt(0u, kOnes, sign_selectors);
+  const std::uint32_t hi_positive = ptx::prmt(0u, kOnes, sign_selectors >> 16);
+  return make_uint2(lo - 128u * lo_positive, hi - 128u * hi_positive);
 }
 
 // One 32-value block (16 bytes) → 32 e4m3 codes in value order (words 0..7 = values 4i..4i+3).
@@ -150,14 +153,16 @@ inline constexpr std::uint32_t kUnloadedScales = 0xffffffffu;
 // Issues the loads of block `quad` of FP4 key row s and of its scales (no use of the data).
 __device__ __forceinline__ PackedRow load_fp4_row(const IndexerScoreParams& p, const ChunkPages& pages, int s,
                                                   int visible_end, int quad) {
-  constexpr int kRowBytes = kDim / 2;
+  constexpr std::uint32_t kRowBytes = kDim / 2;
   const int page = s < visible_end ? pages.of(p, s) : -1;
   const bool loaded = page >= 0;
-  const int entry = s & (p.entries_per_page - 1);
+  // Unsigned in-page offsets: added to the 64-bit page base without sign extension.
+  const std::uint32_t entry = static_cast<std::uint32_t>(s & (p.entries_per_page - 1));
   const std::uint8_t* base = page_base(p, max(page, 0));  // never read unless loaded
   PackedRow row;
-  row.codes = ptx::load_stream_v4_if(loaded, base + entry * kRowBytes + quad * kChunkBytes);
-  row.scales = ptx::load_stream_u32_or(loaded, base + p.entries_per_page * kRowBytes + entry * 4, kUnloadedScales);
+  row.codes = ptx::load_stream_v4_if(loaded, base + (entry * kRowBytes + static_cast<std::uint32_t>(quad) * kChunkBytes));
+  row.scales = ptx::load_stream_u32_or(
+      loaded, base + (static_cast<std::uint32_t>(p.entries_per_page) * kRowBytes + entry * 4), kUnloadedScales);
   return row;
 }
 
@@ -168,7 +173,9 @@ __device__ __forceinline__ float widen_fp4_row(const PackedRow& row, const uint2
   const int largest = largest_scale_byte(row.scales);
   const int block = static_cast<int>((row.scales >> (8 * quad)) & 0xffu);
   widen_e2m1_block(row.codes, tables[min(largest - block, kExponentTables - 1)], lo, hi);
-  return largest == 0xff ? __int_as_float(0x7fc00000) : float_from_ue8m0(static_cast<std::uint8_t>(largest));
+  // 2^(largest − 127) (as float_from_ue8m0: 0x00400000 for byte 0), NaN for byte 0xff.
+  const bool special = largest == 0 || largest == 0xff;
+  return __uint_as_float((static_cast<std::uint32_t>(largest) << 23) | (special ? 0x00400000u : 0u));
 }
 
 // ---- a lane's two key rows of a 64-key step (16w+g and 16w+g+8), as loaded ----
@@ -186,11 +193,6 @@ template <>
 struct LoadedStep<IndexerKeyFormat::FP4> {
   PackedRow g, g8;
 };
-
-// 64-key steps whose loads are in flight while a warpgroup computes one. FP4: two (its steps carry half
-// the bytes; measured at B=128 N=65536: 414 µs against 428 µs with one). FP8: one (registers).
-template <IndexerKeyFormat kFormat>
-inline constexpr int kStepsAhead = kFormat == IndexerKeyFormat::FP4 ? 2 : 1;
 
 template <IndexerKeyFormat kFormat>
 __device__ __forceinline__ void load_step(const IndexerScoreParams& p, const ChunkPages& pages, int k0,
@@ -324,7 +326,6 @@ __device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descr
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
 template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
-  constexpr int kAhead = kStepsAhead<kFormat>;
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
   std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
@@ -425,30 +426,16 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       __syncthreads();
     }
 
-    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup. Each step is
-    // loaded kAhead steps ahead: its loads are issued before the earlier steps are widened (FP4) and
-    // computed, and stay in flight meanwhile (FP4 keys stay packed until their own step widens them).
-    const int first = col0 + warpgroup * kKeysPerStep;
-    LoadedStep<kFormat> ahead[kAhead];  // ahead[i]: the step i·kKeysPerCtaStep after k0
-#pragma unroll
-    for (int i = 0; i < kAhead; ++i)
-      load_step<kFormat>(p, pages, first + i * kKeysPerCtaStep + 16 * warp, key_end, g, quad, ahead[i]);
-    for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
-      if (k0 >= visible_end) {  // nothing visible to any row from here on (the same for the warpgroup)
-        for (int r = r_begin; r < r_end; ++r) {
-          float* out = p.scores + (row0 + r) * p.num_cols;
-          for (int j = threadIdx.x % 128; j < kKeysPerStep; j += 128)
-            if (k0 + j < col_end) out[k0 + j] = neg_inf;
-        }
-        continue;
+    // Steps at or past visible_end: nothing is visible to any row (the same for the whole warpgroup).
+    const auto write_past_visible = [&](int k0) {
+      for (int r = r_begin; r < r_end; ++r) {
+        float* out = p.scores + (row0 + r) * p.num_cols;
+        for (int j = threadIdx.x % 128; j < kKeysPerStep; j += 128)
+          if (k0 + j < col_end) out[k0 + j] = neg_inf;
       }
-      // The next step's loads go out first: issuing them after this step's widening and MMA issue
-      // shortened the prefetch distance (measured: FP8 B=128 N=65536 382 → 403 µs).
-      LoadedStep<kFormat> next;
-      load_step<kFormat>(p, pages, k0 + kAhead * kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
-      KeyRows keys;
-      float scale_lo, scale_hi;
-      ready_step<kFormat>(ahead[0], s_tables, quad, keys, scale_lo, scale_hi);
+    };
+    // The scores of a step's 64 keys for every row of the segment.
+    const auto score_step = [&](int k0, KeyRows& keys, float scale_lo, float scale_hi) {
       for (int r = r_begin; r < r_end; ++r) {
         const float sum = row_scores(keys, ptx::advance_descriptor(q_descriptor, r * p.heads * kDim),
                                      s_w + r * p.heads, p.heads, quad);
@@ -459,9 +446,49 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
           p.scores[(row0 + r) * p.num_cols + s] = s < s_visible[r] ? value : neg_inf;
         }
       }
-#pragma unroll
-      for (int i = 0; i + 1 < kAhead; ++i) ahead[i] = ahead[i + 1];
-      ahead[kAhead - 1] = next;
+    };
+    // This lane's keys: rows 16·warp + g and + 8 of each 64-key step of its warpgroup.
+    const int first = col0 + warpgroup * kKeysPerStep;
+    if constexpr (kFormat == IndexerKeyFormat::FP4) {
+      // Two steps of loads in flight, in two buffers that take turns: a buffer is reloaded (for the
+      // step after next) as soon as it is widened, before its step's MMA, so steps need no register moves.
+      LoadedStep<kFormat> even, odd;
+      load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, even);
+      load_step<kFormat>(p, pages, first + kKeysPerCtaStep + 16 * warp, key_end, g, quad, odd);
+      const auto run_step = [&](int k0, LoadedStep<kFormat>& buffer) {
+        if (k0 >= visible_end) {
+          write_past_visible(k0);
+          return;
+        }
+        KeyRows keys;
+        float scale_lo, scale_hi;
+        ready_step<kFormat>(buffer, s_tables, quad, keys, scale_lo, scale_hi);
+        load_step<kFormat>(p, pages, k0 + 2 * kKeysPerCtaStep + 16 * warp, key_end, g, quad, buffer);
+        score_step(k0, keys, scale_lo, scale_hi);
+      };
+      for (int k0 = first; k0 < col_end; k0 += 2 * kKeysPerCtaStep) {
+        run_step(k0, even);
+        if (k0 + kKeysPerCtaStep < col_end) run_step(k0 + kKeysPerCtaStep, odd);
+      }
+    } else {
+      // One step ahead: its loads are issued before the current step is computed and stay in flight
+      // meanwhile (issuing them after this step's MMA issue shortened the prefetch distance; measured:
+      // B=128 N=65536 382 → 403 µs).
+      LoadedStep<kFormat> loaded;
+      load_step<kFormat>(p, pages, first + 16 * warp, key_end, g, quad, loaded);
+      for (int k0 = first; k0 < col_end; k0 += kKeysPerCtaStep) {
+        if (k0 >= visible_end) {
+          write_past_visible(k0);
+          continue;
+        }
+        LoadedStep<kFormat> next;
+        load_step<kFormat>(p, pages, k0 + kKeysPerCtaStep + 16 * warp, key_end, g, quad, next);
+        KeyRows keys;
+        float scale_lo, scale_hi;
+        ready_step<kFormat>(loaded, s_tables, quad, keys, scale_lo, scale_hi);
+        score_step(k0, keys, scale_lo, scale_hi);
+        loaded = next;
+      }
     }
     r_begin = r_end;
   }
