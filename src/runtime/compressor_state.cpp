@@ -6,6 +6,7 @@
 #include "dsv4/compressor.hpp"
 #include "dsv4/error.hpp"
 #include "runtime/compressor_state_access.hpp"
+#include "runtime/ring_limits.hpp"
 
 namespace dsv4 {
 
@@ -31,11 +32,6 @@ CompressorSpec CompressorSpec::for_layer(const ModelConfig& model, int layer, bo
   return spec;
 }
 
-namespace {
-// Bound of ratio, width and max_rollback: keeps the int ring sizes and record widths in range.
-constexpr int kMaxSpecExtent = 1 << 24;
-}  // namespace
-
 void validate_compressor_spec(const CompressorSpec& spec) {
   require(spec.ratio >= 1, "ratio", "compress ratio must be at least 1, got " + std::to_string(spec.ratio));
   require(spec.width >= 1, "width", "compressor width must be positive, got " + std::to_string(spec.width));
@@ -57,10 +53,10 @@ void validate_compressor_spec(const CompressorSpec& spec) {
   require(spec.max_positions > 0 && spec.max_positions - 1 <= std::numeric_limits<std::int32_t>::max(),
           "max_positions", "must be in [1, 2^31], got " + std::to_string(spec.max_positions));
   // Ring sizes (coff·m + max_rollback) and record widths (up to 4c floats) are int.
-  require(spec.ratio <= kMaxSpecExtent, "ratio", "must be at most " + std::to_string(kMaxSpecExtent));
-  require(spec.width <= kMaxSpecExtent, "width", "must be at most " + std::to_string(kMaxSpecExtent));
-  require(spec.max_rollback >= 0 && spec.max_rollback <= kMaxSpecExtent, "max_rollback",
-          "must be in [0, " + std::to_string(kMaxSpecExtent) + "], got " + std::to_string(spec.max_rollback));
+  require(spec.ratio <= kMaxRingExtent, "ratio", "must be at most " + std::to_string(kMaxRingExtent));
+  require(spec.width <= kMaxRingExtent, "width", "must be at most " + std::to_string(kMaxRingExtent));
+  require(spec.max_rollback >= 0 && spec.max_rollback <= kMaxRingExtent, "max_rollback",
+          "must be in [0, " + std::to_string(kMaxRingExtent) + "], got " + std::to_string(spec.max_rollback));
 }
 
 CompressorStatePool::CompressorStatePool(const CompressorSpec& spec, int num_slots, Device device) : spec_(spec) {

@@ -8,15 +8,13 @@
 
 #include "dsv4/error.hpp"
 #include "runtime/layer_state_impl.hpp"
+#include "runtime/ring_limits.hpp"
 
 namespace dsv4 {
 
 namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-// Bound of W, max_rollback and window_step: keeps the int window ring size in range.
-constexpr int kMaxRingExtent = 1 << 24;
 
 void validate_options(const ModelConfig& model, const LayerOptions& o) {
   require(o.max_requests >= 1, "max_requests", "must be at least 1, got " + std::to_string(o.max_requests));
