@@ -4,8 +4,7 @@
 namespace dsv4 {
 
 // Ratio, width, max_rollback, the sliding window and the window step are each at most this, so the
-// int ring sizes and record widths computed from them (products of two or three of them at most
-// in 64-bit before narrowing) stay in range.
+// int ring sizes and record widths computed from them stay in range.
 inline constexpr int kMaxRingExtent = 1 << 24;
 
 }  // namespace dsv4
