@@ -190,17 +190,20 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
 // state keeps what later steps and rollbacks need. Chunk- and batch-invariant: the bytes never
 // depend on how a request's tokens were split into steps or which requests share a step.
 // Errors as plan_compress, plus Error("device") for a backend not built; on error nothing changes.
+// CUDA: the work is queued on `stream` (a cudaStream_t; nullptr: the default stream) and the call
+// returns without waiting; the host-side token counts advance at once. The CPU ignores `stream`.
 void compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
               const MatrixF32View& kv, const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
-              const CompressOutputs& outputs = {});
+              const CompressOutputs& outputs = {}, void* stream = nullptr);
 
 // Speculative decoding: drops the last `n` tokens of `slot`, so state and cache are as if they
 // never arrived (every continuation gives the same bytes). Entries those tokens completed are
 // zeroed in the cache through `page_table`. Allowed while tokens − n ≥ rollback_floor(slot),
 // i.e. at most spec.max_rollback below the highest count the slot reached (and never below a
 // fork point). Errors: Error("n"), Error("slot"), Error("page_table"); nothing changes on error.
+// CUDA: the cache clears are queued on `stream` (nullptr: the default stream), as for compress.
 void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& cache,
-              std::span<const std::int32_t> page_table);
+              std::span<const std::int32_t> page_table, void* stream = nullptr);
 
 // Prefix reuse: `dst_slot` (allocated, no tokens) continues from `src_slot`'s state after its first
 // `prefix_tokens` tokens. The caller shares the src request's cache pages for those tokens (the
@@ -208,9 +211,9 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
 // prefix_tokens must be a page boundary (a multiple of m·entries_per_page of `cache`): a fork
 // mid-block is refused with Error("prefix_tokens"), as is one mid-page or one the src state no
 // longer holds (below rollback_floor(src_slot), or above its token count). dst cannot roll back
-// past the fork point.
+// past the fork point. CUDA: the state copy is queued on `stream` (nullptr: the default stream).
 void fork_prefix(CompressorStatePool& pool, int src_slot, int dst_slot, std::int64_t prefix_tokens,
-          const PagedCache& cache);
+                 const PagedCache& cache, void* stream = nullptr);
 
 // ---- a single request, for the CLI and tests ---------------------------------------------------
 

@@ -148,7 +148,7 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
 
 void compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
               const MatrixF32View& kv, const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
-              const CompressOutputs& outputs) {
+              const CompressOutputs& outputs, [[maybe_unused]] void* stream) {
   const CompressPlan plan = plan_compress(spec, weights, batch, kv, score, pool, cache, outputs);
   ref::CompressArgs args;
   args.spec = &spec;
@@ -173,7 +173,7 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
     case Device::CPU: ref::compress(args); break;
     case Device::CUDA:
 #if defined(DSV4_WITH_CUDA)
-      cuda::run_compress(args);
+      cuda::run_compress(args, stream);
       break;
 #else
       cuda_backend_missing("compress");
@@ -187,7 +187,7 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
 // ---- rollback and fork -----------------------------------------------------------------------------
 
 void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& cache,
-              std::span<const std::int32_t> page_table) {
+              std::span<const std::int32_t> page_table, [[maybe_unused]] void* stream) {
   const CompressorSpec& spec = pool.spec();
   check_pool_and_cache(spec, pool, cache);
   pool.check_allocated(slot, "slot");
@@ -208,7 +208,8 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
   }
   if (!slots.empty() && cache.device() == Device::CUDA) {
 #if defined(DSV4_WITH_CUDA)
-    cuda::clear_entries(cache.layout(), cache.storage().data_as<std::uint8_t>(), cache.page_bytes(), per_page, slots);
+    cuda::clear_entries(cache.layout(), cache.storage().data_as<std::uint8_t>(), cache.page_bytes(), per_page, slots,
+                        stream);
 #else
     cuda_backend_missing("rollback");
 #endif
@@ -221,7 +222,7 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
 }
 
 void fork_prefix(CompressorStatePool& pool, int src_slot, int dst_slot, std::int64_t prefix_tokens,
-                 const PagedCache& cache) {
+                 const PagedCache& cache, [[maybe_unused]] void* stream) {
   const CompressorSpec& spec = pool.spec();
   check_pool_and_cache(spec, pool, cache);
   pool.check_allocated(src_slot, "src_slot");
@@ -247,7 +248,7 @@ void fork_prefix(CompressorStatePool& pool, int src_slot, int dst_slot, std::int
   float* dst = CompressorStateAccess::slot_records(pool, dst_slot);
   if (pool.device() == Device::CUDA) {
 #if defined(DSV4_WITH_CUDA)
-    cuda::copy_state(dst, src, floats);
+    cuda::copy_state(dst, src, floats, stream);
 #else
     cuda_backend_missing("fork_prefix");
 #endif

@@ -850,6 +850,8 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   expect_rows_close(five_whole.compressed, cpu.compressed, s.width, "5 blocks per SM vs CPU");
 }
 
+// A decode step captured in a CUDA graph (launch_compress_step) equals the API's step, which runs on
+// a caller's stream.
 TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   std::mt19937_64 rng(testing::fresh_seed());
   const CompressorSpec s = spec();
@@ -913,7 +915,15 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   cudaFree(device_layout);
   cudaFreeHost(pinned);
 
-  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
+  // The API's step on a stream of the caller's (non-blocking: not ordered after the default stream,
+  // so everything before is finished first).
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t caller_stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller_stream, cudaStreamNonBlocking), cudaSuccess);
+  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache, {},
+           caller_stream);
+  ASSERT_EQ(cudaStreamSynchronize(caller_stream), cudaSuccess);
+  cudaStreamDestroy(caller_stream);
   EXPECT_TRUE(twin.gpu().cache.host_bytes() == captured.cache.host_bytes());
   EXPECT_TRUE(state_bytes(twin.gpu().pool) == state_bytes(captured.pool));
 }
