@@ -148,6 +148,10 @@ inline nlohmann::json analyze(const std::string& name, const std::vector<std::ui
         consumer.add("barrier 2 + read other P", us(cw(tl::kSoftmaxDone), cw(tl::kRescaleDone)), it);
         consumer.add("O += P.V (4 wgmma + wait)", us(cw(tl::kPvDone), cw(tl::kSoftmaxDone)), it);
         consumer.add("block (previous P.V to this)", us(cw(tl::kPvDone), c_prev), it);
+        // Only the producer's first warp stamps: a long lag while the consumers waited means its
+        // other warps finished later (or the barrier is slow to release).
+        if (full_wait > kWaitThresholdUs)
+          consumer.add("lag: full passed - producer leader", us(cw(tl::kFullDone), pw(tl::kTileReady)), it);
         block_full_wait = std::max(block_full_wait, full_wait);
         full_wait_sum += 0.5 * full_wait;
       }
