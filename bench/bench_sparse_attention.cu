@@ -7,14 +7,17 @@
 // Each case checks two rows (8 heads each) against the CPU reference (relative L2 ≤ 1e-2).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_common.hpp"
+#include "sparse_attention_timeline.hpp"
 #include "dsv4/cache_format.hpp"
 #include "dsv4/formats.hpp"
 #include "dsv4/sparse_attention.hpp"
@@ -94,43 +97,64 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : 1.0);
 }
 
-// Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
-void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, bool flush_l2) {
-  constexpr int kWindow = 128;
-  const int n = kWindow + c.compressed;
-  Tensor q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
+// The inputs of one case (random Q, slots and sinks; poisoned outputs) and the call on its stream.
+struct CaseInputs {
+  static constexpr int kWindow = 128;
+  int n;  // candidates per row: kWindow + K
+  Tensor q, ws, cs, sink_d, out, lse, workspace;
+  std::vector<std::int32_t> window_slots, compressed_slots;
+  std::vector<float> sink;
+  cudaStream_t stream{};
+  dsv4::SparseAttentionOptions options;
+
+  CaseInputs(const Case& c, std::mt19937_64& rng);
+  CaseInputs(const CaseInputs&) = delete;
+  CaseInputs& operator=(const CaseInputs&) = delete;
+  ~CaseInputs() { cudaStreamDestroy(stream); }
+  void call(const Pools& pools) const {
+    const dsv4::AttentionPoolView window{pools.window.view(), kPerPage}, compressed{pools.compressed.view(), kPerPage};
+    dsv4::sparse_attention(q.view(), window, compressed, ws.view(), cs.view(), sink_d.view(), out.view(), lse.view(),
+                           options);
+  }
+};
+
+CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng) : n(kWindow + c.compressed) {
+  q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
   fill_bf16<<<1024, 256>>>(q.data_as<std::uint16_t>(), q.numel(), rng());
   std::uniform_int_distribution<int> slot(0, kPoolPages * kPerPage - 1);
-  std::vector<std::int32_t> window_slots(static_cast<std::size_t>(c.rows) * kWindow),
-      compressed_slots(static_cast<std::size_t>(c.rows) * c.compressed);
+  window_slots.resize(static_cast<std::size_t>(c.rows) * kWindow);
+  compressed_slots.resize(static_cast<std::size_t>(c.rows) * c.compressed);
   for (auto& s : window_slots) s = slot(rng);
   for (auto& s : compressed_slots) s = slot(rng);
-  std::vector<float> sink(c.heads);
+  sink.resize(c.heads);
   for (auto& s : sink) s = std::uniform_real_distribution<float>(-1.0f, 2.0f)(rng);
-  Tensor ws = Tensor::from_host(DType::I32, {c.rows, kWindow}, window_slots.data(), Device::CUDA);
-  Tensor cs = Tensor::from_host(DType::I32, {c.rows, c.compressed}, compressed_slots.data(), Device::CUDA);
-  Tensor sink_d = Tensor::from_host(DType::F32, {c.heads}, sink.data(), Device::CUDA);
-  Tensor out = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
-  Tensor lse = Tensor::empty(DType::F32, {c.rows, c.heads}, Device::CUDA);
+  ws = Tensor::from_host(DType::I32, {c.rows, kWindow}, window_slots.data(), Device::CUDA);
+  cs = Tensor::from_host(DType::I32, {c.rows, c.compressed}, compressed_slots.data(), Device::CUDA);
+  sink_d = Tensor::from_host(DType::F32, {c.heads}, sink.data(), Device::CUDA);
+  out = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
+  lse = Tensor::empty(DType::F32, {c.rows, c.heads}, Device::CUDA);
   out.fill_bytes(0xFF);
   const std::size_t scratch = dsv4::sparse_attention_workspace_bytes(c.rows, c.heads, n, c.split);
-  Tensor workspace = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(std::max<std::size_t>(scratch, 1))}, Device::CUDA);
-
-  cudaStream_t stream;
+  workspace = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(std::max<std::size_t>(scratch, 1))}, Device::CUDA);
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-  dsv4::SparseAttentionOptions options;
   options.split_candidates = c.split;
   options.workspace = workspace.view();
   options.stream = stream;
-  const dsv4::AttentionPoolView window{pools.window.view(), kPerPage}, compressed{pools.compressed.view(), kPerPage};
-  const auto call = [&] {
-    dsv4::sparse_attention(q.view(), window, compressed, ws.view(), cs.view(), sink_d.view(), out.view(), lse.view(),
-                           options);
-  };
-  call();  // first call outside the capture (sets the kernel attributes)
+}
+
+// Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
+void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, bool flush_l2) {
+  CaseInputs in(c, rng);  // not const: the CPU reference reads the host slots through mutable views
+  const int n = in.n;
+  const cudaStream_t stream = in.stream;
+  in.call(pools);  // first call outside the capture (sets the kernel attributes)
   check_cuda(cudaStreamSynchronize(stream), "first call");
-  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { call(); });
+  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { in.call(pools); });
   const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, flush_l2});
+  constexpr int kWindow = CaseInputs::kWindow;
+  const Tensor &q = in.q, &out = in.out, &lse = in.lse;
+  std::vector<std::int32_t>&window_slots = in.window_slots, &compressed_slots = in.compressed_slots;
+  std::vector<float>& sink = in.sink;
 
   // Check two rows (first 8 heads) against the CPU reference.
   const int check_heads = std::min(c.heads, 8);
@@ -167,19 +191,73 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
              {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split},
               {"gathered_GBps", bytes / (us * 1e3)}},
              us, "TFLOP/s", flops / (us * 1e6), kBf16Ceiling, ok);
-  cudaStreamDestroy(stream);
 }
+
+#ifdef DSV4_ATTENTION_TIMELINE
+// Timeline mode (64-head tile only): the case's graph timed with the recording compiled in but off,
+// then on; then one recorded call after an L2 flush, as in the timing, whose stamps are analyzed.
+nlohmann::json run_timeline(const Case& c, const Pools& pools, std::mt19937_64& rng) {
+  namespace tl = dsv4::cuda::sparse_attention::timeline;
+  const CaseInputs in(c, rng);
+  const cudaStream_t stream = in.stream;
+  // One record per thread block: rows × 64-head tiles × chunks × at most 4 output-dim parts.
+  const long long chunks = (in.n + c.split - 1) / c.split;
+  const long long capacity = static_cast<long long>(c.rows) * ((c.heads + 63) / 64) * chunks * 4;
+  Tensor records = Tensor::empty(DType::U8, {capacity * tl::kRecordWords * 8}, Device::CUDA);
+  in.call(pools);  // first call outside the capture (sets the kernel attributes)
+  check_cuda(cudaStreamSynchronize(stream), "first call");
+  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { in.call(pools); });
+  const auto launch = [&](cudaStream_t s) { graph.launch(s); };
+  const double off_us = dsv4::bench::time_us(launch, stream, {3, 20, true});
+  tl::set_timeline_buffer(records.data_as<std::uint64_t>(), static_cast<int>(capacity));
+  const double on_us = dsv4::bench::time_us(launch, stream, {3, 20, true});
+  check_cuda(cudaMemsetAsync(records.data(), 0, records.nbytes(), stream), "clear timeline records");
+  const double recorded_us = dsv4::bench::time_us(launch, stream, {0, 1, true});
+  tl::set_timeline_buffer(nullptr, 0);
+  std::vector<std::uint64_t> words(records.nbytes() / 8);
+  check_cuda(cudaMemcpy(words.data(), records.data(), records.nbytes(), cudaMemcpyDeviceToHost), "timeline records");
+  int device = 0, clock_khz = 0;
+  check_cuda(cudaGetDevice(&device), "device");
+  check_cuda(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device), "clock rate");
+  return dsv4::bench::attention_timeline::analyze(
+      c.name, words, clock_khz / 1e6,
+      {{"graph_median_recording_off", off_us}, {"graph_median_recording_on", on_us}, {"recorded_call", recorded_us}});
+}
+
+// Exact case names from comma-separated lists.
+std::vector<std::string> case_names(const std::vector<char*>& args) {
+  std::vector<std::string> names;
+  for (const char* arg : args) {
+    const std::string list = arg;
+    for (std::size_t begin = 0; begin <= list.size();) {
+      const std::size_t end = std::min(list.find(',', begin), list.size());
+      if (end > begin) names.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
+  return names;
+}
+#endif
 
 }  // namespace
 
 // Usage: bench_sparse_attention [OUT_DIR] [--warm-l2] [--split N] [name-part...]
 // (--split N runs every case with split_candidates N, the names suffixed _splitN)
+//    or: bench_sparse_attention --timeline OUT.json [--split N] CASE[,CASE...]  (exact names; only in a
+// build with -DDSV4_ATTENTION_TIMELINE: per-phase tables of each case, raw stamps into OUT.json)
 int main(int argc, char** argv) {
-  const std::string out_dir = argc > 1 ? argv[1] : ".";
+  const bool timeline = argc > 2 && std::string(argv[1]) == "--timeline";
+#ifndef DSV4_ATTENTION_TIMELINE
+  if (timeline) {
+    std::fprintf(stderr, "--timeline needs a build with -DDSV4_ATTENTION_TIMELINE (docs/notes-sparse-attention.md §13)\n");
+    return 2;
+  }
+#endif
+  const std::string out_dir = argc > 1 ? argv[timeline ? 2 : 1] : ".";
   bool flush_l2 = true;
   int split = 0;
   std::vector<char*> name_parts = {argv[0], argv[0]};  // CaseFilter reads from index 2
-  for (int i = 2; i < argc; ++i) {
+  for (int i = timeline ? 3 : 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--warm-l2") flush_l2 = false;
     else if (arg == "--split" && i + 1 < argc) split = std::stoi(argv[++i]);
@@ -187,8 +265,9 @@ int main(int argc, char** argv) {
   }
   const dsv4::bench::CaseFilter filter(static_cast<int>(name_parts.size()), name_parts.data(), 2);
   dsv4::bench::Report report("bench_sparse_attention", out_dir);
-  std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n", dsv4::bench::copy_bandwidth_gbs(),
-              kBf16Ceiling);
+  if (!timeline)
+    std::printf("copy bandwidth %.0f GB/s (read + write); bf16 ceiling %.0f TFLOP/s\n",
+                dsv4::bench::copy_bandwidth_gbs(), kBf16Ceiling);
   const Pools pools;
   std::mt19937_64 rng(20261129);
   std::vector<Case> cases;
@@ -223,6 +302,18 @@ int main(int argc, char** argv) {
       c.name += "_split" + std::to_string(split);
     }
   }
+#ifdef DSV4_ATTENTION_TIMELINE
+  if (timeline) {
+    const std::vector<std::string> names = case_names({name_parts.begin() + 2, name_parts.end()});
+    nlohmann::json runs = nlohmann::json::array();
+    for (const Case& c : cases)
+      if (std::find(names.begin(), names.end(), c.name) != names.end())
+        runs.push_back(run_timeline(c, pools, rng));
+    if (runs.size() != names.size()) std::fprintf(stderr, "timeline: some of the named cases do not exist\n");
+    std::ofstream(out_dir) << nlohmann::json{{"cases", runs}}.dump() << "\n";
+    return runs.size() == names.size() && !names.empty() ? 0 : 1;
+  }
+#endif
   for (const Case& c : cases)
     if (filter.wants(c.name)) run_case(c, pools, report, rng, flush_l2);
   report.write();

@@ -3,4 +3,14 @@
 
 namespace dsv4::cuda::sparse_attention {
 template void launch_tile<64>(const SparseAttentionParams&, cudaStream_t);
+
+#ifdef DSV4_ATTENTION_TIMELINE
+// Here, next to the kernel's instantiation: this unit's g_buffer is the one the kernel reads.
+void timeline::set_timeline_buffer(std::uint64_t* records, int capacity) {
+  const Buffer buffer{records, capacity};
+  check_cuda(cudaMemcpyToSymbol(g_buffer, &buffer, sizeof buffer), "sparse attention timeline buffer");
+  // A copy from pageable memory may return before it lands; launches on other streams must see it.
+  check_cuda(cudaDeviceSynchronize(), "sparse attention timeline buffer");
+}
+#endif
 }  // namespace dsv4::cuda::sparse_attention

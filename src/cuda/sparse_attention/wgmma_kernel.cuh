@@ -30,6 +30,7 @@
 
 #include "cuda/common/ptx_sm90.cuh"
 #include "cuda/sparse_attention/kernel.cuh"
+#include "cuda/sparse_attention/timeline.cuh"
 
 namespace dsv4::cuda::sparse_attention {
 
@@ -159,13 +160,19 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
 #pragma unroll
     for (int pass = 0; pass < W::kPasses; ++pass)
       load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
+    DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
     if (it >= 2) {
       ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
       ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
     }
+    DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
 #pragma unroll
-    for (int pass = 0; pass < W::kPasses; ++pass) store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
+    for (int pass = 0; pass < W::kPasses; ++pass) {
+      store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
+      DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+    }
     ptx::fence_proxy_async_shared();
+    DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
     ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
   }
 }
@@ -205,6 +212,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   const ChunkWork work = chunk_of_block(p, kHeadTile, blockIdx.x / kDimSplit);
   const int head0 = work.head0;
   const std::int64_t row = work.row;
+  DSV4_TIMELINE(timeline::mark_start());
 
   // Q tile (heads past num_heads zero-filled) and the chunk's plan, by all threads.
   for (int i = tid; i < kHeadTile * (kDim / 8); i += W::kThreads) {
@@ -215,6 +223,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
   ptx::cp_async_commit();
   const int num_live = plan_chunk<W::kThreads>(p, work, s_slots, s_valid, s_live);
+  DSV4_TIMELINE(if (tid == 0) timeline::mark(timeline::kPlanDone));
   if (tid >= W::kConsumerThreads) {
     const int ptid = tid - W::kConsumerThreads;
     if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], ptid);
@@ -223,10 +232,12 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   ptx::cp_async_wait_all();
   ptx::fence_proxy_async_shared();
   __syncthreads();  // Q is in place; from here on the warpgroups part
+  DSV4_TIMELINE(timeline::mark_ready(num_live));
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
     produce_tiles(p, work, s_slots, s_live, num_live, s_k);
+    DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
     return;
   }
   ptx::registers_increase<W::kConsumerRegisters>();
@@ -248,6 +259,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     const int stage = it % 2, block = s_live[it];
     const std::uint8_t* tile = s_k + stage * W::kTileBytes;
     ptx::barrier_sync(W::kFullBarrier + stage, W::kThreads);
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kFullDone)));
 
     // S = Q·Kᵀ for this consumer's 32 candidates (tile rows 32c .. 32c + 31, four swizzle atoms in).
     // k-step kk is slice kk / 4, byte offset 32·(kk mod 4) of its rows.
@@ -265,6 +277,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     ptx::wgmma_wait_all();
 #pragma unroll
     for (int i = 0; i < 16; ++i) ptx::fence_operand(acc_s[i]);
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
 
     // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
     const std::uint32_t valid_bits = s_valid[2 * block + consumer];
@@ -286,6 +299,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = m;
     }
     ConsumerSync{}();
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
     float max_safe[2], rescale[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -329,6 +343,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
     }
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
     ConsumerSync{}();
 #pragma unroll
     for (int f = 0; f < 8; ++f) other[f] = s_prob[((1 - consumer) * 8 + f) * 128 + ctid];
@@ -340,6 +355,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       a[f] = f / 8 == consumer ? own[f % 8] : other[f % 8];
       ptx::fence_operand(a[f]);
     }
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kSoftmaxDone)));
 
     // O += P·V: B = this consumer's slices of the K tile, N-major: 64 dims per 128-byte row (the
     // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
@@ -359,9 +375,11 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     ptx::wgmma_wait_all();
 #pragma unroll
     for (int i = 0; i < kConsumerDims / 2; ++i) ptx::fence_operand(acc_o[i]);
+    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kPvDone)));
     if (it + 2 < num_live) ptx::barrier_arrive(W::kEmptyBarrier + stage, W::kThreads);
   }
 
+  DSV4_TIMELINE(timeline::mark(timeline::kEpilogueStart + consumer));
   // Both consumers' sums, added in a fixed order (the same bits in both).
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -399,6 +417,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
                         rotate ? rope_cos[pair] : 1.0f, rotate ? rope_sin[pair] : 0.0f);
       }
     }
+    DSV4_TIMELINE(timeline::mark_end(consumer));
     return;
   }
 
@@ -420,11 +439,15 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     if (consumer == 0 && quad == 0)
       *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
   }
-  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) return;
+  if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) {
+    DSV4_TIMELINE(timeline::mark_end(consumer));
+    return;
+  }
   merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
                                                reinterpret_cast<float*>(smem + W::kInv), ConsumerSync{},
                                                part * kPartDims, kPartDims, part == 0);
   reset_arrivals(p, row, head0, part);
+  DSV4_TIMELINE(timeline::mark_end(consumer));
 }
 
 }  // namespace dsv4::cuda::sparse_attention
