@@ -1,10 +1,22 @@
 // src/cuda/common/ptx_sm90.cuh — Hopper (sm_90a) PTX shared by the kernel families: warpgroup MMA
-// plumbing, shared-memory matrix descriptors, streaming global loads. One instruction per wrapper.
+// plumbing, shared-memory matrix descriptors, streaming global loads, byte permutation. One instruction
+// per wrapper.
 #pragma once
 
 #include <cstdint>
 
 namespace dsv4::cuda::ptx {
+
+// ---- byte permutation -------------------------------------------------------------------------------------
+
+// prmt.b32 with PTX's default-mode selector as is (CUDA's __byte_perm masks each selector nibble to
+// 3 bits first): nibble n of selector[15:0] picks byte n of the result from the 8 bytes {b, a}
+// (a = bytes 0–3) by its bits 0–2; with its bit 3 set the result byte is that byte's msb replicated.
+__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
+  std::uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
 
 // ---- shared-memory matrix descriptors (128-byte swizzle) -------------------------------------------
 // A swizzled tile is made of 8-row × 128-byte atoms (1024 bytes, 1024-byte aligned); inside an atom,

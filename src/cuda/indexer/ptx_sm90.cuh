@@ -32,15 +32,6 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], std::uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(descriptor_b), "r"(static_cast<int>(accumulate)));
 }
 
-// Byte permutation with PTX's default-mode selector as is (CUDA's __byte_perm masks each selector nibble to
-// 3 bits first): nibble n of selector[15:0] picks byte n of the result from the 8 bytes {b, a}
-// (a = bytes 0–3) by its bits 0–2; with its bit 3 set the result byte is that byte's msb replicated.
-__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
-  std::uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-  return d;
-}
-
 // Streaming loads (as load_stream_v4 / load_stream_u32) that only happen when `enabled`; otherwise the
 // result is unspecified (whatever the register held) and nothing is read.
 __device__ __forceinline__ uint4 load_stream_v4_if(bool enabled, const void* address) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/sparse_attention/ptx.cuh"
 
 namespace dsv4::cuda::sparse_attention {

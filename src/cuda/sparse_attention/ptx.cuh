@@ -25,13 +25,6 @@ __device__ __forceinline__ void cp_async_8(void* smem_dst, const void* gmem_src,
                "r"(valid ? 8 : 0)
                : "memory");
 }
-// prmt.b32 in its default mode: result byte i is byte (nibble i & 7) of {b, a}; with nibble bit 3
-// set, that byte's sign bit replicated (__byte_perm ignores bit 3).
-__device__ __forceinline__ std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t selector) {
-  std::uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
-  return d;
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
