@@ -14,15 +14,7 @@ namespace {
 
 using namespace compressor_testing;
 
-struct StreamCase {
-  const char* name;
-  int ratio;
-  bool overlap;
-  EntryKind output;
-  bool online;
-};
-
-const StreamCase kCases[] = {
+const SpecCase kCases[] = {
     {"C4Attention", 4, true, EntryKind::Attention, false},
     {"C4IndexerFP8", 4, true, EntryKind::IndexerFP8, false},
     {"C128", 128, false, EntryKind::Attention, false},
@@ -31,12 +23,9 @@ const StreamCase kCases[] = {
     {"C8Online", 8, false, EntryKind::IndexerFP8, true},
 };
 
-class CompressorStreaming : public ::testing::TestWithParam<StreamCase> {
+class CompressorStreaming : public ::testing::TestWithParam<SpecCase> {
  protected:
-  CompressorSpec spec() const {
-    const StreamCase& c = GetParam();
-    return make_spec(c.ratio, c.overlap, c.output, c.online);
-  }
+  CompressorSpec spec() const { return spec_of(GetParam()); }
 };
 
 // Junk rows standing in for rejected draft tokens.
@@ -226,8 +215,7 @@ TEST_P(CompressorStreaming, ForkAtAPageBoundaryEqualsFromScratch) {
   EXPECT_THROW(rollback(pool, b, pool.tokens(b) - t + 1, cache, b_pages), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Specs, CompressorStreaming, ::testing::ValuesIn(kCases),
-                         [](const ::testing::TestParamInfo<StreamCase>& param) { return std::string(param.param.name); });
+INSTANTIATE_TEST_SUITE_P(Specs, CompressorStreaming, ::testing::ValuesIn(kCases), spec_case_name);
 
 }  // namespace
 }  // namespace dsv4
