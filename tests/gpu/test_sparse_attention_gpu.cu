@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -86,6 +87,23 @@ struct Problem {
       rope_cos.push_back(std::cos(angle));
       rope_sin.push_back(std::sin(angle));
     }
+  }
+
+  // Rows [first, first + count) alone: their queries, slot lists and RoPE tables (same pools, sinks).
+  Problem slice(int first, int count) const {
+    const auto rows_of = [first, count](const auto& v, std::size_t per_row) {
+      return v.empty() ? v
+                       : std::decay_t<decltype(v)>(v.begin() + static_cast<std::ptrdiff_t>(first * per_row),
+                                                   v.begin() + static_cast<std::ptrdiff_t>((first + count) * per_row));
+    };
+    Problem part = *this;
+    part.rows = count;
+    part.q = rows_of(q, static_cast<std::size_t>(heads) * F::kDim);
+    part.window_slots = rows_of(window_slots, static_cast<std::size_t>(window_width));
+    part.compressed_slots = rows_of(compressed_slots, static_cast<std::size_t>(compressed_width));
+    part.rope_cos = rows_of(rope_cos, 32);
+    part.rope_sin = rows_of(rope_sin, 32);
+    return part;
   }
 
   Outputs run(Device device, SparseAttentionOptions options = chunked()) const {
@@ -351,12 +369,8 @@ TEST_F(SparseAttentionGpu, DefaultSplitMatchesReferenceAndKeepsRowBytes) {
       const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
       const std::string what = "default split, H=" + std::to_string(heads) + " K=" + std::to_string(compressed_width);
       for (int r : {0, 77, 127}) {
-        const std::size_t q_size = static_cast<std::size_t>(heads) * 512, cw = static_cast<std::size_t>(compressed_width);
-        Problem alone = batch;
-        alone.rows = 1;
-        alone.q.assign(batch.q.begin() + r * q_size, batch.q.begin() + (r + 1) * q_size);
-        alone.window_slots.assign(batch.window_slots.begin() + r * 128, batch.window_slots.begin() + (r + 1) * 128);
-        alone.compressed_slots.assign(batch.compressed_slots.begin() + r * cw, batch.compressed_slots.begin() + (r + 1) * cw);
+        const std::size_t q_size = static_cast<std::size_t>(heads) * 512;
+        const Problem alone = batch.slice(r, 1);
         const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
         const std::string row = what + " row " + std::to_string(r);
         EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + r * q_size)) << row << ": alone vs in the batch";
@@ -379,12 +393,7 @@ TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
     const Outputs all = batch.run(Device::CUDA);
     EXPECT_EQ(all.out, batch.run(Device::CUDA).out) << "rerun";
     for (int r : {0, 77, 127}) {
-      Problem alone = batch;
-      alone.rows = 1;
-      alone.q.assign(batch.q.begin() + std::size_t(r) * heads * 512, batch.q.begin() + std::size_t(r + 1) * heads * 512);
-      alone.window_slots.assign(batch.window_slots.begin() + r * 128, batch.window_slots.begin() + (r + 1) * 128);
-      alone.compressed_slots.assign(batch.compressed_slots.begin() + r * 512, batch.compressed_slots.begin() + (r + 1) * 512);
-      const Outputs one = alone.run(Device::CUDA);
+      const Outputs one = batch.slice(r, 1).run(Device::CUDA);
       EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + std::size_t(r) * heads * 512))
           << "H=" << heads << " row " << r << ": output bytes differ alone vs in the batch";
       EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + std::size_t(r) * heads))
@@ -397,20 +406,6 @@ TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
 // row alone → 4 parts, 20 rows × 2 chunks at H = 64 or 12 rows × 2 tiles × 2 chunks at H = 128 → 2
 // parts, a batch of 128 → none). The same rows must give the same bytes with the fused inverse RoPE
 // (dims 448..511 in the last part), merged over two chunks or from one chunk, and match the reference.
-Outputs rows_of(const Problem& batch, int first, int count) {
-  Problem part = batch;
-  const std::size_t row_q = std::size_t(batch.heads) * 512;
-  part.rows = count;
-  part.q.assign(batch.q.begin() + first * row_q, batch.q.begin() + (first + count) * row_q);
-  part.window_slots.assign(batch.window_slots.begin() + std::size_t(first) * batch.window_width,
-                           batch.window_slots.begin() + std::size_t(first + count) * batch.window_width);
-  part.compressed_slots.assign(batch.compressed_slots.begin() + std::size_t(first) * batch.compressed_width,
-                               batch.compressed_slots.begin() + std::size_t(first + count) * batch.compressed_width);
-  part.rope_cos.assign(batch.rope_cos.begin() + first * 32, batch.rope_cos.begin() + (first + count) * 32);
-  part.rope_sin.assign(batch.rope_sin.begin() + first * 32, batch.rope_sin.begin() + (first + count) * 32);
-  return part.run(Device::CUDA);
-}
-
 TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
   const Pool window(rng, 64, 48), compressed(rng, 64, 48);
   struct Case {
@@ -431,20 +426,13 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
     }
     const std::size_t row_out = std::size_t(c.heads) * 512;
     for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}}) {
-      const Outputs some = rows_of(batch, first, count);
+      const Outputs some = batch.slice(first, count).run(Device::CUDA);
       EXPECT_TRUE(std::equal(some.out.begin(), some.out.end(), all.out.begin() + first * row_out))
           << what << " rows " << first << ".." << first + count - 1 << ": output bytes differ from the batch of 128";
       EXPECT_TRUE(std::equal(some.lse.begin(), some.lse.end(), all.lse.begin() + first * c.heads))
           << what << " rows " << first << ".." << first + count - 1 << ": lse differs";
     }
-    Problem alone = batch;  // one row (4 parts) against the reference
-    alone.rows = 1;
-    alone.q.resize(row_out);
-    alone.window_slots.resize(128);
-    alone.compressed_slots.resize(std::size_t(c.compressed_width));
-    alone.rope_cos.resize(32);
-    alone.rope_sin.resize(32);
-    expect_matches_reference(alone, chunked(), what + " alone");
+    expect_matches_reference(batch.slice(0, 1), chunked(), what + " alone");  // one row (4 parts)
   }
 }
 
