@@ -167,6 +167,18 @@ void expect_close(const Outputs& gpu, const Outputs& ref, const char* what) {
   }
 }
 
+// Rows [first, first + count) of `batch` run alone give exactly their bytes of `all` (the batch's outputs).
+void expect_rows_keep_bytes(const Problem& batch, const Outputs& all, int first, int count,
+                            const SparseAttentionOptions& options, const std::string& what) {
+  const Outputs some = batch.slice(first, count).run(Device::CUDA, options);
+  const std::size_t row_out = static_cast<std::size_t>(batch.heads) * F::kDim;
+  const std::string rows = what + " rows " + std::to_string(first) + ".." + std::to_string(first + count - 1);
+  EXPECT_TRUE(std::equal(some.out.begin(), some.out.end(), all.out.begin() + first * row_out))
+      << rows << ": output bytes differ from the whole batch";
+  EXPECT_TRUE(std::equal(some.lse.begin(), some.lse.end(), all.lse.begin() + first * batch.heads))
+      << rows << ": lse differs from the whole batch";
+}
+
 void expect_matches_reference(const Problem& p, const SparseAttentionOptions& options, const std::string& what) {
   const Outputs gpu = p.run(Device::CUDA, options);  // the kernel first: recycled memory cannot fake a pass
   const Outputs ref = p.run(Device::CPU, options);
@@ -368,15 +380,8 @@ TEST_F(SparseAttentionGpu, DefaultSplitMatchesReferenceAndKeepsRowBytes) {
       batch.random_slots(rng, 0.02);
       const Outputs all = batch.run(Device::CUDA, SparseAttentionOptions{});
       const std::string what = "default split, H=" + std::to_string(heads) + " K=" + std::to_string(compressed_width);
-      for (int r : {0, 77, 127}) {
-        const std::size_t q_size = static_cast<std::size_t>(heads) * 512;
-        const Problem alone = batch.slice(r, 1);
-        const Outputs one = alone.run(Device::CUDA, SparseAttentionOptions{});
-        const std::string row = what + " row " + std::to_string(r);
-        EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + r * q_size)) << row << ": alone vs in the batch";
-        EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + r * heads)) << row << ": lse";
-        if (r == 0) expect_close(one, alone.run(Device::CPU, SparseAttentionOptions{}), row.c_str());
-      }
+      for (int r : {0, 77, 127}) expect_rows_keep_bytes(batch, all, r, 1, SparseAttentionOptions{}, what);
+      expect_matches_reference(batch.slice(0, 1), SparseAttentionOptions{}, what + " row 0");
     }
   }
 }
@@ -392,13 +397,7 @@ TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
     batch.random_slots(rng, 0.02);
     const Outputs all = batch.run(Device::CUDA);
     EXPECT_EQ(all.out, batch.run(Device::CUDA).out) << "rerun";
-    for (int r : {0, 77, 127}) {
-      const Outputs one = batch.slice(r, 1).run(Device::CUDA);
-      EXPECT_TRUE(std::equal(one.out.begin(), one.out.end(), all.out.begin() + std::size_t(r) * heads * 512))
-          << "H=" << heads << " row " << r << ": output bytes differ alone vs in the batch";
-      EXPECT_TRUE(std::equal(one.lse.begin(), one.lse.end(), all.lse.begin() + std::size_t(r) * heads))
-          << "H=" << heads << " row " << r << ": lse differs";
-    }
+    for (int r : {0, 77, 127}) expect_rows_keep_bytes(batch, all, r, 1, chunked(), "H=" + std::to_string(heads));
   }
 }
 
@@ -424,14 +423,8 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
       EXPECT_TRUE(split.out == all.out) << what << ": " << parts << " output parts change the output bytes";
       EXPECT_TRUE(split.lse == all.lse) << what << ": " << parts << " output parts change the lse";
     }
-    const std::size_t row_out = std::size_t(c.heads) * 512;
-    for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}}) {
-      const Outputs some = batch.slice(first, count).run(Device::CUDA);
-      EXPECT_TRUE(std::equal(some.out.begin(), some.out.end(), all.out.begin() + first * row_out))
-          << what << " rows " << first << ".." << first + count - 1 << ": output bytes differ from the batch of 128";
-      EXPECT_TRUE(std::equal(some.lse.begin(), some.lse.end(), all.lse.begin() + first * c.heads))
-          << what << " rows " << first << ".." << first + count - 1 << ": lse differs";
-    }
+    for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}})
+      expect_rows_keep_bytes(batch, all, first, count, chunked(), what);
     expect_matches_reference(batch.slice(0, 1), chunked(), what + " alone");  // one row (4 parts)
   }
 }
