@@ -2,9 +2,13 @@
 // chunk invariance (SPEC §6): bit-identical rows and cache bytes for every chunking.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <string>
 
 #include "compressor_testing.hpp"
+#include "cuda/compressor/e4m3_bits.hpp"
+#include "cuda/compressor/params.hpp"
 
 namespace dsv4 {
 namespace {
@@ -123,6 +127,69 @@ TEST_P(CompressorCases, ShortStreamsAndTheFirstBlock) {
 INSTANTIATE_TEST_SUITE_P(Specs, CompressorCases, ::testing::ValuesIn(kCases), spec_case_name);
 
 // SPEC §4: the online recurrence equals the two-pass softmax to float32 rounding.
+// The CUDA compressor's division by a launch-fixed divisor (cuda/compressor/params.hpp, plain C++;
+// the kernel uses the same formula with __umulhi): n / d exactly for every numerator < 2^32. All n
+// below 2^16 and at every multiple of d ± 1 up to 2^20 for d = 1..300 (ratios, ring rows, entries
+// per page), and random and boundary numerators for random divisors up to 2^31 − 1.
+TEST(CompressorFastDivisor, DividesExactly) {
+  using cuda::compressor::fast_divide_host;
+  using cuda::compressor::make_fast_divisor;
+  for (std::uint32_t d = 1; d <= 300; ++d) {
+    const auto f = make_fast_divisor(d);
+    for (std::uint32_t n = 0; n < (1u << 16); ++n) ASSERT_EQ(fast_divide_host(n, f), n / d) << n << " / " << d;
+    for (std::uint32_t q = 1; q * d < (1u << 20); ++q) {
+      for (const std::uint32_t n : {q * d - 1, q * d, q * d + 1}) ASSERT_EQ(fast_divide_host(n, f), n / d) << n << " / " << d;
+    }
+  }
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::uniform_int_distribution<std::uint32_t> divisor(1, 0x7fffffffu), numerator;
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint32_t d = i % 2 ? divisor(rng) : divisor(rng) % 4096 + 1;
+    const auto f = make_fast_divisor(d);
+    const std::uint32_t top = 0xffffffffu / d * d;  // the largest multiple of d below 2^32
+    for (const std::uint32_t n : {numerator(rng), 0u, d - 1, d, top - 1, top, 0xffffffffu, 0x7fffffffu}) {
+      ASSERT_EQ(fast_divide_host(n, f), n / d) << n << " / " << d;
+    }
+  }
+}
+
+// The CUDA compressor's bit-level e4m3 encoder (cuda/compressor/e4m3_bits.hpp) equals e4m3_from
+// for every float of its own (normal) range, both signs — 2.5·10^8 values — and for the floats
+// around every boundary of the ranges it hands to e4m3_from (±0, subnormals, 2^-6, 448, 464, inf,
+// NaNs) and random bit patterns. (All 2^32 floats were checked once when it was written.)
+TEST(CompressorE4m3Bits, EqualsE4m3FromForEveryFloat) {
+  using cuda::compressor::e4m3_from_bits;
+  const auto same = [](std::uint32_t bits) {
+    const float x = detail::bits_float(bits);
+    return e4m3_from_bits(x) == e4m3_from(x);
+  };
+  const auto check = [&](std::uint32_t bits) {  // false (and a failure naming the input) on the first difference
+    const bool equal = same(bits);
+    EXPECT_TRUE(equal) << std::hex << "bits 0x" << bits;
+    return equal;
+  };
+  for (std::uint32_t magnitude = 0x3c800000u; magnitude < 0x43e00000u; ++magnitude) {  // [2^-6, 448)
+    if (!same(magnitude) || !same(magnitude | 0x80000000u)) {
+      check(magnitude);
+      check(magnitude | 0x80000000u);
+      return;
+    }
+  }
+  for (const std::uint32_t edge : {0x00000000u, 0x00000001u, 0x00400000u, 0x00800000u, 0x3c800000u, 0x43e00000u,
+                                   0x43e80000u, 0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu}) {
+    for (std::uint32_t d = 0; d < 4096; ++d) {
+      for (const std::uint32_t sign : {0u, 0x80000000u}) {
+        if (!check(sign | (edge + d)) || (edge >= d && !check(sign | (edge - d)))) return;
+      }
+    }
+  }
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 1000000; ++i) {
+    if (!check(bits(rng))) return;
+  }
+}
+
 TEST(CompressorOnline, AgreesWithTwoPassWithin1e5) {
   std::mt19937_64 rng(testing::fresh_seed());
   for (int m : {128, 16, 3}) {

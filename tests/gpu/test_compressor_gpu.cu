@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/compressor_testing.hpp"
@@ -815,10 +816,12 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   }
 }
 
-// Short-window (C4) steps with body items run one of two instantiations of the same kernel source
-// (4 or 5 blocks per SM, cuda::short_window_prefill); decode steps always the 4-block one. Both
-// must write the same bytes: one stream fed whole and as chunked prefill under each schedule gives
-// bit-identical rows, entries and caches, and rows within the reference's tolerance.
+// Short-window (C4) steps with body items run one of three instantiations of the same kernel source
+// (4 or 5 blocks per SM, and the lean 5-block one: fewer instructions per event, config.hpp;
+// cuda::short_window_prefill);
+// decode steps always the 4-block one. All must write the same bytes: one stream fed whole and as
+// chunked prefill (heads whose windows reach into the ring, bodies, partial blocks) under each
+// schedule gives bit-identical rows, entries and caches, and rows within the reference's tolerance.
 TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   using cuda::compressor::ShortWindowPrefill;
   const CompressorSpec s = spec();
@@ -839,15 +842,50 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   ASSERT_EQ(cuda::short_window_prefill(), ShortWindowPrefill::FiveBlocksPerSM);
   const RunResult five_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult five_chunked = run_gpu_chunks(s, stream, chunked, page_size);
+  cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSMLean);
+  ASSERT_EQ(cuda::short_window_prefill(), ShortWindowPrefill::FiveBlocksPerSMLean);
+  const RunResult lean_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult lean_chunked = run_gpu_chunks(s, stream, chunked, page_size);
   ASSERT_FALSE(four_whole.entries.empty());
-  for (const RunResult* run : {&four_chunked, &five_whole, &five_chunked}) {
-    const std::string which = run == &four_chunked ? "4 blocks, chunked" : run == &five_whole ? "5 blocks, whole" : "5 blocks, chunked";
+  const std::pair<const RunResult*, const char*> runs[] = {{&four_chunked, "4 blocks, chunked"},
+                                                           {&five_whole, "5 blocks, whole"},
+                                                           {&five_chunked, "5 blocks, chunked"},
+                                                           {&lean_whole, "5 blocks lean, whole"},
+                                                           {&lean_chunked, "5 blocks lean, chunked"}};
+  for (const auto& [run, which] : runs) {
     EXPECT_TRUE(run->compressed == four_whole.compressed) << which;
     EXPECT_TRUE(run->entries == four_whole.entries) << which;
     EXPECT_TRUE(run->cache == four_whole.cache) << which;
   }
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(five_whole.compressed, cpu.compressed, s.width, "5 blocks per SM vs CPU");
+  expect_rows_close(lean_whole.compressed, cpu.compressed, s.width, "5 blocks lean vs CPU");
+
+  // Scores 40 times wider on odd tokens: batches whose weights or rescales fall to subnormals or
+  // zero, where the lean kernel's guard keeps __expf's fix-up (two_pass.cuh, exp_result_is_normal)
+  // — the same bytes again.
+  Stream wide = stream;
+  for (std::int64_t t = 1; t < wide.tokens; t += 2) {
+    for (int i = 0; i < wide.row_width; ++i) wide.score[static_cast<std::size_t>(t * wide.row_width + i)] *= 40.0f;
+  }
+  cuda::set_short_window_prefill(ShortWindowPrefill::FourBlocksPerSM);
+  const RunResult wide_four = run_gpu_chunks(s, wide, {wide.tokens}, page_size);
+  cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSMLean);
+  const RunResult wide_lean = run_gpu_chunks(s, wide, chunked, page_size);
+  EXPECT_TRUE(wide_lean.compressed == wide_four.compressed) << "wide scores";
+  EXPECT_TRUE(wide_lean.entries == wide_four.entries) << "wide scores";
+  EXPECT_TRUE(wide_lean.cache == wide_four.cache) << "wide scores";
+
+  // The lean kernel really ran: launch.cu falls back to FiveBlocksPerSM where its 32-bit offsets
+  // would not fit, which these steps must not need.
+  Side side(s, Device::CUDA, stream.ape, stream.norm, 2, 16, page_size);
+  const int slot = side.pool.allocate();
+  std::vector<std::int32_t> table(static_cast<std::size_t>(stream.tokens / page_size + 1));
+  std::iota(table.begin(), table.end(), 1);
+  const StepRows rows = make_rows(stream.kv, stream.score, stream.tokens, s.row_width(), false, Device::CUDA);
+  const CompressBatch batch = {CompressRequest{slot, 0, stream.tokens, table}};
+  const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+  EXPECT_TRUE(cuda::lean_prefill_fits(device_step_args(s, plan, rows, side)));
 }
 
 // A decode step captured in a CUDA graph (launch_compress_step) equals the API's step, which runs on

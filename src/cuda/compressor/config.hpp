@@ -27,6 +27,9 @@ struct UnitConfig {
   static constexpr int kBlockThreads = kUnitThreads * kUnitsPerBlock;
   // A unit of one warp synchronizes with __syncwarp; a larger unit is the whole block.
   static constexpr bool kWarpUnit = kUnitThreads == 32;
+  // e4m3 codes from the float's bits (e4m3_bits.hpp) instead of e4m3_from's float chain (the same
+  // codes): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
+  static constexpr bool kBitsEncoder = false;
 
   static_assert(kWidth % 128 == 0, "a group is whole warps: c must be a multiple of 128");
   static_assert(kWarpUnit || kUnitsPerBlock == 1, "multi-warp units own their block");
@@ -76,6 +79,12 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   static constexpr bool kSlicedFold = kLongWindow;  // fold in slices (above); short windows: one running fold
   static constexpr int kSliceBatches = kSliceCandidates / 4;  // batches per slice (kBatch = 4)
   static constexpr bool kSplit = kSplit_;
+  // Events take their divisions and window addresses once per event (two_pass.cuh, WindowOffsets):
+  // only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
+  static constexpr bool kHoistedWindow = false;
+  // Batches whose exponentials all have normal (or zero) results use ex2 without the subnormal
+  // fix-up (two_pass.cuh, exp_normal_result: the same bits): only the lean instantiation.
+  static constexpr bool kGuardedExp = false;
   // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.
   static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
   static_assert(!kSplit || kLongWindow, "only long windows are split");
@@ -91,10 +100,21 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
 // schedulers more independent chains. 5 × (32 KB + 1 KB) of shared memory needs the 196 KB
 // configuration (the 4-block kernel ran in 164 KB), asked for at the first launch.
 // The arithmetic is the PTX's (explicitly rounded operations), so the bytes are the 4-block kernel's.
-template <int kWidth>
+// kLean (ShortWindowPrefill::FiveBlocksPerSMLean): fewer instructions per event, same bytes — each
+// event's integer work (the divisions by m, R and the entries per page: FastDivisor, params.hpp;
+// the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
+// e4m3 codes come from integer operations on the float's bits (e4m3_bits.hpp, equal to e4m3_from
+// for every float), and (c = 512) a batch whose exponentials all have normal results skips their
+// subnormal fix-up (two_pass.cuh, exp_normal_result: the same bits). The floating-point operations
+// of the fold and the post-processing are unchanged.
+template <int kWidth, bool kLean = false>
 struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr int kMinBlocksPerSM = 5;
   static constexpr bool kCarveoutForMinBlocks = true;
+  static constexpr bool kHoistedWindow = kLean;
+  static constexpr bool kBitsEncoder = kLean;
+  // (c = 128: the guarded fold would spill 4 bytes at 96 registers, so only c = 512.)
+  static constexpr bool kGuardedExp = kLean && kWidth == 512;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two

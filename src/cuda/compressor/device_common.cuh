@@ -152,6 +152,26 @@ __device__ __forceinline__ EntryTarget entry_target_in_page(const KernelParams& 
   t.cache_slot = physical * p.entries_per_page + t.index_in_page;
   return t;
 }
+// n / d.divisor for n < 2^32 (params.hpp, FastDivisor): ~4 instructions instead of a division.
+__device__ __forceinline__ std::uint32_t fast_divide(std::uint32_t n, const FastDivisor& d) {
+  return fast_divide_with(n, d, __umulhi(n, d.multiplier));
+}
+
+// entry_target for the lean short-window instantiation: entry n = `entry` (< 2^31, launch.cu),
+// its logical page by a FastDivisor instead of a 64-bit division.
+__device__ __forceinline__ EntryTarget entry_target_hoisted(const KernelParams& p, const StepRequest& r, int event,
+                                                            std::uint32_t entry) {
+  EntryTarget t;
+  t.entry = entry;
+  t.event_row = r.first_event + event;
+  const std::uint32_t logical_page = fast_divide(entry, p.page_divisor);
+  const std::int32_t physical = step_page(p, r.page_offset + (static_cast<std::int32_t>(logical_page) - r.first_page));
+  t.index_in_page = static_cast<int>(entry - logical_page * p.page_divisor.divisor);
+  t.page = p.cache + static_cast<std::int64_t>(physical) * p.page_bytes;
+  t.cache_slot = physical * p.entries_per_page + t.index_in_page;
+  return t;
+}
+
 // (The prefill kernels' own lookup, kept as it was.)
 __device__ __forceinline__ EntryTarget entry_target(const KernelParams& p, const StepRequest& r, int event) {
   EntryTarget t;

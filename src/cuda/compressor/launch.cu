@@ -55,14 +55,48 @@ bool ring_writes_in_parallel(const CompressorSpec& spec, const StepRequest& r, s
 }
 
 constexpr const char* kShortWindowPrefillVariable = "DSV4_C4_PREFILL_BLOCKS_PER_SM";
+constexpr const char* kLeanVariable = "DSV4_C4_PREFILL_LEAN";
 
 compressor::ShortWindowPrefill short_window_prefill_from_environment() {
-  const char* value = std::getenv(kShortWindowPrefillVariable);
+  const char* blocks = std::getenv(kShortWindowPrefillVariable);
+  const char* lean = std::getenv(kLeanVariable);
+  // The lean instantiation (5 blocks only) is the default: measured on the H200, C4-512 prefill 256K
+  // 81% -> 95% of copy, C4-128 67% -> 81%, same bytes. "0" = the 5-block kernel it replaced.
+  if (lean != nullptr && std::strcmp(lean, "1") != 0 && std::strcmp(lean, "0") != 0) {
+    throw Error(kLeanVariable, std::string("must be 0 or 1, got \"") + lean + "\"");
+  }
+  const bool lean_off = lean != nullptr && std::strcmp(lean, "0") == 0;
   // 5 blocks per SM is the default: measured faster on the H200 (C4-512 prefill 256K 73% -> 81% of copy).
-  if (value == nullptr || std::strcmp(value, "5") == 0) return compressor::ShortWindowPrefill::FiveBlocksPerSM;
-  if (std::strcmp(value, "4") == 0) return compressor::ShortWindowPrefill::FourBlocksPerSM;
-  throw Error(kShortWindowPrefillVariable, std::string("must be 4 or 5 (blocks per SM), got \"") + value + "\"");
+  if (blocks == nullptr || std::strcmp(blocks, "5") == 0) {
+    return lean_off ? compressor::ShortWindowPrefill::FiveBlocksPerSM : compressor::ShortWindowPrefill::FiveBlocksPerSMLean;
+  }
+  if (std::strcmp(blocks, "4") == 0) {
+    if (lean != nullptr && !lean_off) throw Error(kLeanVariable, std::string("1 needs ") + kShortWindowPrefillVariable + "=5");
+    return compressor::ShortWindowPrefill::FourBlocksPerSM;
+  }
+  throw Error(kShortWindowPrefillVariable, std::string("must be 4 or 5 (blocks per SM), got \"") + blocks + "\"");
 }
+
+}  // namespace
+
+// Positions below 2^31 (32-bit entries, window starts and FastDivisor numerators), divisors in
+// [1, 2^31), and every candidate offset from its per-event base — new rows up to K·stride + 2c,
+// ring rows up to R·2·coff·c, ape up to m·coff·c floats — within an int (two_pass.cuh, WindowOffsets).
+bool lean_prefill_fits(const ref::CompressArgs& a) {
+  const CompressorSpec& spec = *a.spec;
+  constexpr std::int64_t kIntMax = std::numeric_limits<std::int32_t>::max();
+  for (const PlannedRequest& r : a.plan->requests) {
+    if (r.prefix_len + r.new_tokens > kIntMax) return false;
+  }
+  const std::int64_t candidates = spec.coff() * spec.ratio;
+  const std::int64_t row_width = spec.coff() * spec.width;
+  return spec.ratio >= 1 && a.records_per_slot >= 1 && a.entries_per_page >= 1 &&
+         candidates * std::max(a.kv_stride, a.score_stride) + row_width <= kIntMax &&
+         static_cast<std::int64_t>(a.records_per_slot) * a.record_floats <= kIntMax &&
+         static_cast<std::int64_t>(spec.ratio) * row_width <= kIntMax;
+}
+
+namespace {
 
 // The override of set_short_window_prefill; 0 while none.
 std::atomic<std::int32_t> short_window_prefill_override{0};
@@ -241,9 +275,18 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
 
   const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
   // Decode steps (no body item) keep the 4-block short-window kernel whatever the schedule.
-  const compressor::ShortWindowPrefill short_window = layout.one_item_per_request
-                                                         ? compressor::ShortWindowPrefill::FourBlocksPerSM
-                                                         : short_window_prefill();
+  compressor::ShortWindowPrefill short_window = layout.one_item_per_request
+                                                   ? compressor::ShortWindowPrefill::FourBlocksPerSM
+                                                   : short_window_prefill();
+  if (short_window == compressor::ShortWindowPrefill::FiveBlocksPerSMLean) {
+    if (!long_window && !spec.online && lean_prefill_fits(a)) {
+      p.ratio_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
+      p.ring_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
+      p.page_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
+    } else {
+      short_window = compressor::ShortWindowPrefill::FiveBlocksPerSM;  // same bytes
+    }
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const cudaError_t status =
       spec.width == 512 ? compressor::launch_attention_width(p, spec.online, long_window, short_window, s)

@@ -74,9 +74,16 @@ void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayou
 // The instantiation of the short-window (C4) kernel that runs steps with body items (prefill,
 // chunked prefill); decode steps (one item per request) always run the 4-block one. Both write the
 // same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
-// environment variable DSV4_C4_PREFILL_BLOCKS_PER_SM, read once: "5" (or unset) or "4".
-// Throws Error("DSV4_C4_PREFILL_BLOCKS_PER_SM") for another value (read again on the next call).
+// environment variables DSV4_C4_PREFILL_BLOCKS_PER_SM, "5" (or unset) or "4", and
+// DSV4_C4_PREFILL_LEAN, "1" (or unset; with 5 blocks: FiveBlocksPerSMLean, the default) or "0"
+// (FiveBlocksPerSM), read once.
+// Throws Error naming the variable for another value or "4" with "1" (read again on the next call).
 compressor::ShortWindowPrefill short_window_prefill();
+// Whether the lean short-window instantiation (ShortWindowPrefill::FiveBlocksPerSMLean) can run the
+// step of `args`: its 32-bit positions and per-event offsets fit (launch.cu). A step it cannot run
+// takes FiveBlocksPerSM (the same bytes).
+bool lean_prefill_fits(const ref::CompressArgs& args);
+
 // Overrides the environment for this process (tests and benches compare both in one process);
 // returns the schedule in force before (throws as short_window_prefill when that was the environment's
 // and it is invalid). Launches on other host threads see the new schedule from their next step.

@@ -72,6 +72,10 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
     using Config = TwoPassFiveBlocksConfig<kWidth>;
     return launch_items<Config>(two_pass_kernel<Config>, params, stream);
   }
+  if (short_window == ShortWindowPrefill::FiveBlocksPerSMLean) {
+    using Config = TwoPassFiveBlocksConfig<kWidth, true>;
+    return launch_items<Config>(two_pass_kernel<Config>, params, stream);
+  }
   return launch_items<TwoPassConfig<kWidth, false>>(two_pass_kernel<TwoPassConfig<kWidth, false>>, params, stream);
 }
 

@@ -71,7 +71,43 @@ enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4
 enum class ShortWindowPrefill : std::int32_t {
   FourBlocksPerSM = 4,  // TwoPassConfig<c, false> (≤ 128 registers)
   FiveBlocksPerSM = 5,  // TwoPassFiveBlocksConfig<c> (≤ 96 registers)
+  // TwoPassFiveBlocksConfig<c, true>: the same with fewer instructions per event (config.hpp: the
+  // divisions and window addresses once per event in 32 bits, two_pass.cuh WindowOffsets; e4m3
+  // codes from the bits). launch.cu runs it only for steps whose positions and offsets fit
+  // (launch.hpp: lean_prefill_fits); other steps take FiveBlocksPerSM.
+  FiveBlocksPerSMLean = 6,
 };
+
+// Division of n < 2^32 by a divisor d fixed for the launch (1 ≤ d < 2^31), as one multiply-high,
+// an add and two shifts (Granlund & Montgomery 1994, "Division by invariant integers using
+// multiplication", Fig. 4.1): with l = ceil(log2 d) and m = floor(2^32·(2^l − d)/d) + 1,
+// t = ⌊m·n / 2^32⌋ and n / d = (t + ((n − t) >> min(l, 1))) >> max(l − 1, 0), exact for every n < 2^32.
+struct FastDivisor {
+  std::uint32_t divisor = 1;
+  std::uint32_t multiplier = 1;
+  std::uint32_t shift1 = 0;  // min(l, 1)
+  std::uint32_t shift2 = 0;  // max(l − 1, 0)
+};
+
+// The FastDivisor of d (1 ≤ d < 2^31; the caller checks).
+constexpr FastDivisor make_fast_divisor(std::uint32_t d) {
+  std::uint32_t l = 0;
+  while ((std::uint64_t{1} << l) < d) ++l;
+  FastDivisor f;
+  f.divisor = d;
+  f.multiplier = static_cast<std::uint32_t>((std::uint64_t{1} << 32) * ((std::uint64_t{1} << l) - d) / d + 1);
+  f.shift1 = l < 1 ? l : 1;
+  f.shift2 = l > 1 ? l - 1 : 0;
+  return f;
+}
+
+// n / f.divisor with the multiply-high (host and device share it; __umulhi on the device).
+constexpr std::uint32_t fast_divide_with(std::uint32_t n, const FastDivisor& f, std::uint32_t multiply_high) {
+  return (multiply_high + ((n - multiply_high) >> f.shift1)) >> f.shift2;
+}
+constexpr std::uint32_t fast_divide_host(std::uint32_t n, const FastDivisor& f) {
+  return fast_divide_with(n, f, static_cast<std::uint32_t>((std::uint64_t{f.multiplier} * n) >> 32));
+}
 
 struct KernelParams {
   // This step's rows (read once).
@@ -130,6 +166,9 @@ struct KernelParams {
   // pages, or alone when those are in device memory); split_events is then not read.
   std::int32_t split_events_inline = 0;
   std::int32_t inline_split_offset = 0;
+  // Short-window lean instantiation only (ShortWindowPrefill::FiveBlocksPerSMLean): the
+  // divisors of its per-event integer arithmetic (m, R = records_per_slot, B = entries_per_page).
+  FastDivisor ratio_divisor, ring_divisor, page_divisor;
 };
 static_assert(sizeof(KernelParams) <= 4096, "kernel parameters stay within the classic 4 KB");
 

@@ -75,6 +75,71 @@ struct EventWindow {
   }
 };
 
+// EventWindow and RingRows of one thread with everything that does not depend on the candidate
+// computed once per event (the lean short-window instantiation, config.hpp: kHoistedWindow):
+// 64-bit bases of this lane's vectors — candidate 0 as a new row, the ring, the ape — and the first
+// new candidate, so a candidate costs 32-bit offsets from them instead of 64-bit products and
+// compares. launch.cu runs it only where every offset fits in an int (lean_prefill_fits). The
+// candidates and vectors are EventWindow::candidate's. kAllNew: a window with no ring row
+// (first_new ≤ 0: every body event), whose candidates need neither the ring test nor its address.
+template <bool kAllNew = false>
+struct WindowOffsets {
+  const float* new_value;  // [4] kv vector of candidate 0 were it a new row (never read when it is not)
+  const float* new_score;  // [4] its score vector (no ape)
+  const float* ring;       // [4] this slot's ring + 4·lane
+  const float* ape;        // [4] ape + 4·lane
+  int kv_stride, score_stride;  // floats
+  int record_floats, row_width, ring_rows;
+  int ring0;      // ring row of candidate 0
+  int b_rows;     // candidates of the b branch (channel offset 0)
+  int a_offset;   // channel offset of the a branch
+  int first_new;  // candidates j ≥ first_new are this step's rows (prefix − p0; may be ≤ 0)
+  int count;      // K
+
+  // (`rows` and `lane` are in the bases: the signature is EventWindow's, for pool_candidates.)
+  __device__ Candidate candidate(const RingRows& /*rows*/, int j, int /*lane*/) const {
+    const bool b_branch = j < b_rows;
+    const int channel = b_branch ? 0 : a_offset;
+    const int in_block = b_branch ? j : j - b_rows;  // p0 is a multiple of m
+    int ring_row = ring0 + j;
+    if (ring_row >= ring_rows) ring_row -= ring_rows;  // K ≤ R: one wrap at most
+    const int ring_offset = ring_row * record_floats + channel;
+    Candidate c;
+    c.is_new = kAllNew || j >= first_new;
+    c.value = c.is_new ? new_value + (j * kv_stride + channel) : ring + ring_offset;
+    c.score = c.is_new ? new_score + (j * score_stride + channel) : ring + (ring_offset + row_width);
+    c.ape = ape + (in_block * row_width + channel);
+    return c;
+  }
+
+  // This window as one without ring rows (first_new ≤ 0).
+  __device__ WindowOffsets<true> all_new() const {
+    return WindowOffsets<true>{new_value, new_score, ring,      ape,    kv_stride, score_stride, record_floats,
+                               row_width, ring_rows, ring0,     b_rows, a_offset,  first_new,    count};
+  }
+};
+
+// `pointer`, opaque to the compiler: a per-event base stays in its register instead of being
+// re-derived for every candidate from the parameter base and a 64-bit offset (two more
+// instructions per address).
+__device__ __forceinline__ const float* in_register(const float* pointer) {
+  asm("mov.b64 %0, %0;" : "+l"(pointer));
+  return pointer;
+}
+
+// __expf(x) is ex2.approx.f32(x·log2 e) (FMUL, MUFU.EX2), and without flush-to-zero the compiler
+// wraps MUFU.EX2 in a fix-up for subnormal results (t = x·log2 e < −126: halve t, square the result):
+// three more instructions per exponential. Where t ≥ −126 (or t = −inf: 0 both ways) the fix-up
+// does nothing, and ex2.approx.ftz of the same t is the same MUFU.EX2: exp_normal_result(x) ==
+// __expf(x), bit for bit, whenever exp_result_is_normal(x) (the guarded fold, config.hpp).
+inline constexpr float kLog2E = 1.4426950216293334961f;  // the constant of __expf's FMUL (0x3fb8aa3b)
+__device__ __forceinline__ bool exp_result_is_normal(float x) { return __fmul_rn(x, kLog2E) >= -126.0f; }
+__device__ __forceinline__ float exp_normal_result(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(__fmul_rn(x, kLog2E)));
+  return result;
+}
+
 // Running softmax statistics of 4 channels over the candidates seen so far (max = −inf: none yet).
 struct SoftmaxPartial {
   float max[4], sum[4], weighted[4];
@@ -119,8 +184,8 @@ __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const Softma
 // kChainSlices = false on a sliced fold: [j_begin, j_end) is at most one slice, folded straight into
 // `result` (empty on entry) — the same bits as the chain of that one slice (a merge into an empty
 // chain copies), without the chain's registers.
-template <class Config, bool kChainSlices = Config::kSlicedFold>
-__device__ __forceinline__ void pool_candidates(const RingRows& rows, const EventWindow& window, int j_begin, int j_end,
+template <class Config, bool kChainSlices = Config::kSlicedFold, class Window>
+__device__ __forceinline__ void pool_candidates(const RingRows& rows, const Window& window, int j_begin, int j_end,
                                                 int lane, const Staging<Config>& staging, SoftmaxPartial& result) {
   constexpr int kBatch = Config::kBatch;
   SoftmaxPartial slice;  // chained slices: the slice being folded
@@ -184,28 +249,58 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Even
         for (int k = 0; k < 4; ++k) scores[u][k] = -INFINITY;
       }
     }
-    float new_max[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float batch_max = scores[0][k];
-#pragma unroll
-      for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
-      new_max[k] = fmaxf(acc.max[k], batch_max);
-      const float rescale = __expf(__fsub_rn(acc.max[k], new_max[k]));  // 0 while nothing was seen (max = −inf)
-      acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
-      acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
-      acc.max[k] = new_max[k];
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      float values[4];
-      to_array(*staging.slot(stage, u, 0), values);
+    // The batch's new maxima, rescale and weights, with `exp` = __expf or exp_normal_result.
+    const auto fold_batch = [&](auto exp) {
+      float new_max[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float w = __expf(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
-        acc.sum[k] = __fadd_rn(acc.sum[k], w);
-        acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
+        float batch_max = scores[0][k];
+#pragma unroll
+        for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
+        new_max[k] = fmaxf(acc.max[k], batch_max);
+        const float rescale = exp(__fsub_rn(acc.max[k], new_max[k]));  // 0 while nothing was seen (max = −inf)
+        acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
+        acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
+        acc.max[k] = new_max[k];
       }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        float values[4];
+        to_array(*staging.slot(stage, u, 0), values);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float w = exp(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
+          acc.sum[k] = __fadd_rn(acc.sum[k], w);
+          acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
+        }
+      }
+    };
+    const auto plain_expf = [](float x) { return __expf(x); };
+    if constexpr (Config::kGuardedExp) {
+      // No exponential of this batch has a subnormal result (exp_result_is_normal): the smallest
+      // weight argument is the smallest score's (rounding is monotonic), and a rescale from
+      // max = −inf is 0 either way.
+      bool normal = true;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        float batch_max = scores[0][k], batch_min = scores[0][k];
+#pragma unroll
+        for (int u = 1; u < kBatch; ++u) {
+          batch_max = fmaxf(batch_max, scores[u][k]);
+          batch_min = fminf(batch_min, scores[u][k]);
+        }
+        const float new_max = fmaxf(acc.max[k], batch_max);
+        // (& and |, not && and ||: predicates, no branches.)
+        normal = normal & exp_result_is_normal(__fsub_rn(batch_min, new_max)) &
+                 ((acc.max[k] == -INFINITY) | exp_result_is_normal(__fsub_rn(acc.max[k], new_max)));
+      }
+      if (normal) {
+        fold_batch(exp_normal_result);
+      } else {
+        fold_batch(plain_expf);
+      }
+    } else {
+      fold_batch(plain_expf);
     }
     if constexpr (Config::kStages == 1) {
       if (b + 1 < batches) copy_batch(b + 1);  // the only stage is free again
@@ -230,6 +325,31 @@ __device__ __forceinline__ EventWindow event_window(const KernelParams& p, const
   w.p0 = entry * p.ratio - w.b_rows;
   w.ring0 = static_cast<int>(w.p0 % rows.ring_rows);
   w.a_offset = p.overlap ? Config::kWidth : 0;
+  return w;
+}
+
+// The window of event `event` of request `r` as WindowOffsets for this lane, entry n = `entry`
+// (positions < 2^31: launch.cu).
+template <class Config>
+__device__ __forceinline__ WindowOffsets<> window_offsets(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                          std::uint32_t entry, int lane) {
+  WindowOffsets<> w;
+  w.b_rows = (p.overlap && entry >= 1) ? p.ratio : 0;
+  w.count = w.b_rows + p.ratio;
+  const std::uint32_t p0 = entry * static_cast<std::uint32_t>(p.ratio) - static_cast<std::uint32_t>(w.b_rows);
+  w.ring0 = static_cast<int>(p0 - fast_divide(p0, p.ring_divisor) * static_cast<std::uint32_t>(rows.ring_rows));
+  w.a_offset = p.overlap ? Config::kWidth : 0;
+  w.first_new = static_cast<int>(r.prefix) - static_cast<int>(p0);
+  const std::int64_t row0 = rows.row_begin - w.first_new;  // new row of candidate 0 (< row_begin: a ring row)
+  w.new_value = in_register(rows.kv + row0 * rows.kv_stride + 4 * lane);
+  w.new_score = in_register(rows.score + row0 * rows.score_stride + 4 * lane);
+  w.ring = in_register(rows.ring + 4 * lane);
+  w.ape = in_register(rows.ape + 4 * lane);
+  w.kv_stride = static_cast<int>(rows.kv_stride);
+  w.score_stride = static_cast<int>(rows.score_stride);
+  w.record_floats = rows.record_floats;
+  w.row_width = rows.row_width;
+  w.ring_rows = rows.ring_rows;
   return w;
 }
 
@@ -273,15 +393,13 @@ __device__ __forceinline__ void merge_groups(int group, int lane, const Staging<
   }
 }
 
-// Computes and stores event `event` of request `r` (every thread of the unit takes part). Long
-// windows: group g folds slices [g·S/G, (g+1)·S/G) into its chain (config.hpp), the shape
-// split_event_unit reproduces; short windows: the one group folds all candidates.
-template <class Config>
-__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                               int event, int group, int lane, const float (&norm)[4],
-                                               const Staging<Config>& staging, double* s_sum) {
-  const EventWindow window = event_window<Config>(p, rows, r, event);
-  const EntryTarget target = entry_target(p, r, event);
+// Folds the candidates of `window` and stores the entry at `target` (every thread of the unit takes
+// part). Long windows: group g folds slices [g·S/G, (g+1)·S/G) into its chain (config.hpp), the
+// shape split_event_unit reproduces; short windows: the one group folds all candidates.
+template <class Config, class Window>
+__device__ __forceinline__ void pool_and_finish(const KernelParams& p, const RingRows& rows, const Window& window,
+                                                const EntryTarget& target, int group, int lane, const float (&norm)[4],
+                                                const Staging<Config>& staging, double* s_sum) {
   SoftmaxPartial acc;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -298,12 +416,36 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
     j_begin = group * window.count / Config::kGroups;
     j_end = (group + 1) * window.count / Config::kGroups;
   }
-  pool_candidates<Config>(rows, window, j_begin, j_end, lane, staging, acc);
+  if constexpr (Config::kHoistedWindow) {
+    if (window.first_new <= 0) {  // no ring row (every body event): the lighter candidates, same bytes
+      pool_candidates<Config, Config::kSlicedFold>(rows, window.all_new(), j_begin, j_end, lane, staging, acc);
+    } else {
+      pool_candidates<Config, Config::kSlicedFold>(rows, window, j_begin, j_end, lane, staging, acc);
+    }
+  } else {
+    pool_candidates<Config, Config::kSlicedFold>(rows, window, j_begin, j_end, lane, staging, acc);
+  }
   merge_groups<Config>(group, lane, staging, acc);
   float compressed[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(acc.weighted[k], acc.sum[k]);
   finish_event<Config>(p, compressed, lane, group == 0, target, norm, s_sum);
+}
+
+// Computes and stores event `event` of request `r` (every thread of the unit takes part).
+template <class Config>
+__device__ __forceinline__ void two_pass_event(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                               int event, int group, int lane, const float (&norm)[4],
+                                               const Staging<Config>& staging, double* s_sum) {
+  if constexpr (Config::kHoistedWindow) {
+    // One FastDivisor division per event for the entry, one for its ring row, one for its page.
+    const std::uint32_t entry = fast_divide(static_cast<std::uint32_t>(r.prefix), p.ratio_divisor) + event;
+    pool_and_finish<Config>(p, rows, window_offsets<Config>(p, rows, r, entry, lane),
+                            entry_target_hoisted(p, r, event, entry), group, lane, norm, staging, s_sum);
+  } else {
+    pool_and_finish<Config>(p, rows, event_window<Config>(p, rows, r, event), entry_target(p, r, event), group, lane,
+                            norm, staging, s_sum);
+  }
 }
 
 // Split unit `part` of split event `index` (one block; params.hpp): group g folds slice
