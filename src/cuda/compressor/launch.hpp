@@ -72,7 +72,8 @@ void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayou
                           void* stream, StepMetadata metadata = StepMetadata::InParametersWhenSmall);
 
 // The instantiation of the short-window (C4) kernel that runs steps with body items (prefill,
-// chunked prefill); decode steps (one item per request) always run the 4-block one. Both write the
+// chunked prefill); decode steps (one item per request) run the lean one when it is chosen, else
+// the 4-block one. Both write the
 // same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
 // environment variables DSV4_C4_PREFILL_BLOCKS_PER_SM, "5" (or unset) or "4", and
 // DSV4_C4_PREFILL_LEAN, "1" (or unset; with 5 blocks: FiveBlocksPerSMLean, the default) or "0"

@@ -319,12 +319,25 @@ __device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams&
 // block (s_valid [kMaxBlocksPerSplit][2]) and the blocks with any valid candidate (s_live, their count
 // in s_live[kMaxBlocksPerSplit]).
 // Blocks without a valid candidate are skipped: they would change nothing. Returns the live count.
-template <int kThreads>
+// Every thread issues all its slot loads before it stores any (one memory round trip, not one per
+// kThreads candidates), then calls `after_loads_issued` (the caller's Q copy: queued behind the small
+// slot loads instead of in front of them).
+template <int kThreads, class AfterLoadsIssued>
 __device__ __forceinline__ int plan_chunk(const SparseAttentionParams& p, const ChunkWork& w, int* s_slots,
-                                          std::uint32_t* s_valid, int* s_live) {
+                                          std::uint32_t* s_valid, int* s_live, AfterLoadsIssued after_loads_issued) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  for (int i = tid; i < w.num_blocks * kBlock; i += kThreads)
-    s_slots[i] = i < w.chunk_count ? resolve_slot(p, w.row, w.chunk_begin + i) : -1;
+  constexpr int kPerThread = (kMaxSplitCandidates + kThreads - 1) / kThreads;
+  const int table_size = w.num_blocks * kBlock;
+  int slot[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int i = tid + k * kThreads;
+    slot[k] = i < w.chunk_count ? resolve_slot(p, w.row, w.chunk_begin + i) : -1;
+  }
+  after_loads_issued();
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k)
+    if (tid + k * kThreads < table_size) s_slots[tid + k * kThreads] = slot[k];
   __syncthreads();
   for (int b = warp; b < w.num_blocks; b += kThreads / 32) {  // one warp per block: its valid-candidate bits
     const std::uint32_t lo = __ballot_sync(0xffffffffu, s_slots[b * kBlock + lane] >= 0);
@@ -407,14 +420,15 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   const int head0 = work.head0, chunk = work.chunk, chunk_begin = work.chunk_begin;
   const std::int64_t row = work.row;
 
-  // Q tile (heads past num_heads zero-filled) and the chunk's plan.
-  for (int i = tid; i < kHeadTile * (kDim / 8); i += kThreads) {
-    const int h = i / (kDim / 8), k = i % (kDim / 8);
-    const bool valid = head0 + h < p.num_heads;
-    const std::uint16_t* src = valid ? p.q + ((row * p.num_heads + head0 + h) * kDim + k * 8) : p.q;
-    ptx::cp_async_16(s_q + h * kRowPitch + k * 8, src, valid);
-  }
-  const int num_live = plan_chunk<kThreads>(p, work, s_slots, s_valid, s_live);
+  // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out.
+  const int num_live = plan_chunk<kThreads>(p, work, s_slots, s_valid, s_live, [&] {
+    for (int i = tid; i < kHeadTile * (kDim / 8); i += kThreads) {
+      const int h = i / (kDim / 8), k = i % (kDim / 8);
+      const bool valid = head0 + h < p.num_heads;
+      const std::uint16_t* src = valid ? p.q + ((row * p.num_heads + head0 + h) * kDim + k * 8) : p.q;
+      ptx::cp_async_16(s_q + h * kRowPitch + k * 8, src, valid);
+    }
+  });
   if (num_live > 0) gather_block<kThreads>(p, s_slots, chunk_begin, s_live[0], s_raw, tid);
   ptx::cp_async_commit();
   if (num_live > 1) prefetch_block(p, s_slots, chunk_begin, s_live[1], tid);
