@@ -159,19 +159,21 @@ void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_lo
   require(2 * pairs <= dim, "rope_cos", "r = " + std::to_string(2 * pairs) + " exceeds d_I = " + std::to_string(dim));
   check_tensor(rope_sin, "rope_sin", DType::F32, {rows, pairs}, device);
   check_query_tensors(out, format, rows, heads, dim, device, "out.");
+  ref::IndexerQueryBuffers buffers;
+  buffers.q_rows = q_rows.as<const float>();
+  buffers.head_logits = head_logits.as<const float>();
+  buffers.rope_cos = rope_cos.as<const float>();
+  buffers.rope_sin = rope_sin.as<const float>();
+  buffers.codes = out.codes.as<std::uint8_t>();
+  buffers.scales = out.scales.data;
+  buffers.weights = out.weights.as<float>();
+  buffers.num_rows = rows;
+  buffers.heads = static_cast<std::int32_t>(heads);
+  buffers.rope_pairs = static_cast<std::int32_t>(pairs);
   if (device == Device::CPU) {
     ref::IndexerQueryPrepCall call;
+    static_cast<ref::IndexerQueryBuffers&>(call) = buffers;
     call.format = IndexerEntryFormat{format, dim};
-    call.heads = static_cast<int>(heads);
-    call.rope_pairs = static_cast<int>(pairs);
-    call.q_rows = q_rows.as<const float>();
-    call.head_logits = head_logits.as<const float>();
-    call.rope_cos = rope_cos.as<const float>();
-    call.rope_sin = rope_sin.as<const float>();
-    call.codes = out.codes.as<std::uint8_t>();
-    call.scales = out.scales.data;
-    call.weights = out.weights.as<float>();
-    call.num_rows = rows;
     ref::prepare_indexer_queries(call);
     return;
   }
@@ -181,17 +183,8 @@ void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_lo
     require_aligned(view, name, 16);
   if (rows == 0) return;
   cuda::IndexerQueryPrepParams p;
+  static_cast<ref::IndexerQueryBuffers&>(p) = buffers;
   p.format = format;
-  p.q_rows = q_rows.as<const float>();
-  p.head_logits = head_logits.as<const float>();
-  p.rope_cos = rope_cos.as<const float>();
-  p.rope_sin = rope_sin.as<const float>();
-  p.codes = out.codes.as<std::uint8_t>();
-  p.scales = out.scales.data;
-  p.weights = out.weights.as<float>();
-  p.num_rows = rows;
-  p.heads = static_cast<std::int32_t>(heads);
-  p.rope_pairs = static_cast<std::int32_t>(pairs);
   p.weight_scale = 1.0 / std::sqrt(static_cast<double>(dim) * static_cast<double>(heads));
   cuda::prepare_indexer_queries(p, options.stream);
 #else
@@ -219,21 +212,23 @@ void indexer_scores(const IndexerQueryView& q, const IndexerKeyCacheView& keys, 
   require(num_cols <= std::numeric_limits<std::int32_t>::max(), "scores", "too many columns");
   detail::check_indexer_row_shapes(rows, num_rows, device);
 
+  ref::IndexerScoreBuffers buffers;
+  buffers.q_codes = q.codes.as<const std::uint8_t>();
+  buffers.q_scales = q.scales.data;
+  buffers.weights = q.weights.as<const float>();
+  buffers.pages = keys.pages.as<const std::uint8_t>();
+  buffers.page_bytes = format.page_bytes(keys.entries_per_page);
+  buffers.entries_per_page = keys.entries_per_page;
+  buffers.heads = static_cast<std::int32_t>(heads);
+  buffers.scores = scores.as<float>();
+  buffers.num_rows = num_rows;
   if (device == Device::CPU) {
     const detail::HostIndexerRows host =
         detail::check_indexer_row_contents(rows, num_rows, num_cols, keys.entries_per_page, num_pages);
     ref::IndexerScoresCall call;
+    static_cast<ref::IndexerScoreBuffers&>(call) = buffers;
     call.format = format;
-    call.heads = static_cast<int>(heads);
-    call.entries_per_page = keys.entries_per_page;
-    call.q_codes = q.codes.as<const std::uint8_t>();
-    call.q_scales = q.scales.data;
-    call.weights = q.weights.as<const float>();
-    call.pages = keys.pages.as<const std::uint8_t>();
-    call.page_bytes = format.page_bytes(keys.entries_per_page);
     call.rows = host.view();
-    call.scores = scores.as<float>();
-    call.num_rows = num_rows;
     call.num_cols = num_cols;
     ref::indexer_scores(call);
     return;
@@ -253,24 +248,16 @@ void indexer_scores(const IndexerQueryView& q, const IndexerKeyCacheView& keys, 
     detail::check_indexer_row_contents(rows, num_rows, num_cols, keys.entries_per_page, num_pages);
   if (num_rows == 0 || num_cols == 0) return;
   cuda::IndexerScoreParams p;
+  static_cast<ref::IndexerScoreBuffers&>(p) = buffers;
   p.format = format.format;
-  p.q_codes = q.codes.as<const std::uint8_t>();
-  p.q_scales = q.scales.data;
-  p.weights = q.weights.as<const float>();
-  p.pages = keys.pages.as<const std::uint8_t>();
-  p.page_bytes = format.page_bytes(keys.entries_per_page);
   p.num_pages = num_pages;
-  p.entries_per_page = epp;
   while ((1 << p.entries_per_page_log2) < epp) ++p.entries_per_page_log2;
   p.query_start = rows.query_start.as<const std::int32_t>();
   p.visible = rows.visible.as<const std::int32_t>();
   p.page_table = rows.page_table.as<const std::int32_t>();
   p.num_requests = static_cast<std::int32_t>(rows.query_start.dim(0) - 1);
   p.max_pages = static_cast<std::int32_t>(rows.page_table.dim(1));
-  p.scores = scores.as<float>();
-  p.num_rows = num_rows;
   p.num_cols = static_cast<std::int32_t>(num_cols);
-  p.heads = static_cast<std::int32_t>(heads);
   cuda::indexer_scores(p, options.stream);
 #else
   (void)options;

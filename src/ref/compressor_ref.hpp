@@ -1,35 +1,21 @@
 // src/ref/compressor_ref.hpp — the CPU reference backend of `compress` (SPEC §4–§6).
 //
 // CompressArgs is the plain parameter block every backend receives from src/ops/compress.cpp after
-// validation: raw pointers on the backend's device, explicit strides, and the host-side plan.
+// validation: the buffers (raw pointers on the backend's device, explicit strides) and the host-side
+// spec and plan.
 #pragma once
 
 #include <cstdint>
 
 #include "dsv4/compressor.hpp"
 #include "dsv4/rope.hpp"
+#include "ref/compress_buffers.hpp"
 
 namespace dsv4::ref {
 
-struct CompressArgs {
+struct CompressArgs : CompressBuffers {
   const CompressorSpec* spec = nullptr;
-  const CompressPlan* plan = nullptr;      // host
-  const float* kv = nullptr;               // [T, coff·c], row stride kv_stride floats
-  std::int64_t kv_stride = 0;
-  const float* score = nullptr;            // [T, coff·c] WITHOUT ape, row stride score_stride floats
-  std::int64_t score_stride = 0;
-  const float* ape = nullptr;              // [m, coff·c]
-  const float* norm = nullptr;             // [c]
-  float* state = nullptr;                  // [num_slots, records_per_slot, record_floats]
-  int records_per_slot = 0;                // two-pass: ring rows R; online: snapshots
-  int record_floats = 0;                   // two-pass: 2·coff·c (kv | score+ape); online: 3·c (M | S | V)
-  std::uint8_t* cache = nullptr;           // [num_pages, page_bytes]
-  std::int64_t page_bytes = 0;
-  int entries_per_page = 0;                // B = P/m
-  float* out_compressed = nullptr;         // [E, c] or null
-  std::int32_t* out_entry_ids = nullptr;   // [E] or null
-  std::int32_t* out_positions = nullptr;   // [E] or null
-  std::int32_t* out_cache_slots = nullptr; // [E] or null
+  const CompressPlan* plan = nullptr;  // host
 };
 
 // Runs a validated step on host memory.

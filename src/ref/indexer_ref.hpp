@@ -8,21 +8,12 @@
 
 #include "dsv4/cache_format.hpp"
 #include "dsv4/indexer.hpp"  // request_of_row
+#include "ref/indexer_buffers.hpp"
 
 namespace dsv4::ref {
 
-struct IndexerQueryPrepCall {
-  IndexerEntryFormat format;            // key format and d_I
-  int heads = 0;                        // H_I
-  int rope_pairs = 0;                   // r/2
-  const float* q_rows = nullptr;        // [num_rows, heads·d_I]
-  const float* head_logits = nullptr;   // [num_rows, heads]
-  const float* rope_cos = nullptr;      // [num_rows, rope_pairs]
-  const float* rope_sin = nullptr;      // [num_rows, rope_pairs]
-  std::uint8_t* codes = nullptr;        // [num_rows, heads, data_bytes]
-  void* scales = nullptr;               // FP8: float [num_rows, heads]; FP4: u8 [num_rows, heads, d_I/32]
-  float* weights = nullptr;             // [num_rows, heads]
-  std::int64_t num_rows = 0;
+struct IndexerQueryPrepCall : IndexerQueryBuffers {
+  IndexerEntryFormat format;  // key format and d_I
 };
 
 // RoPE (double from the float32 cos/sin, rounded to float32), Walsh–Hadamard (norms.hpp), and the
@@ -38,18 +29,10 @@ struct IndexerRows {
   int max_pages = 0;
 };
 
-struct IndexerScoresCall {
+struct IndexerScoresCall : IndexerScoreBuffers {
   IndexerEntryFormat format;
-  int heads = 0;
-  int entries_per_page = 0;
-  const std::uint8_t* q_codes = nullptr;  // [num_rows, heads, data_bytes]
-  const void* q_scales = nullptr;         // FP8: float [num_rows, heads]; FP4: u8 [num_rows, heads, d_I/32]
-  const float* weights = nullptr;         // [num_rows, heads]
-  const std::uint8_t* pages = nullptr;    // [num_pages, page_bytes]
-  std::int64_t page_bytes = 0;
   IndexerRows rows;
-  float* scores = nullptr;                // [num_rows, num_cols]
-  std::int64_t num_rows = 0, num_cols = 0;
+  std::int64_t num_cols = 0;
 };
 
 // Dequantizes both sides with the entry_codec decoders and sums Σ_h w·max(q·k, 0) in double.

@@ -22,6 +22,8 @@
 
 #include <cstdint>
 
+#include "ref/compress_buffers.hpp"
+
 namespace dsv4::cuda::compressor {
 
 // RoPE pairs the kernel parameters carry (r/2 ≤ 64, i.e. rope_dim ≤ 128).
@@ -109,27 +111,9 @@ constexpr std::uint32_t fast_divide_host(std::uint32_t n, const FastDivisor& f) 
   return fast_divide_with(n, f, static_cast<std::uint32_t>((std::uint64_t{f.multiplier} * n) >> 32));
 }
 
-struct KernelParams {
-  // This step's rows (read once).
-  const float* kv = nullptr;      // [T, coff·c], row stride kv_stride floats (multiple of 4), 16-B aligned
-  std::int64_t kv_stride = 0;
-  const float* score = nullptr;   // [T, coff·c] WITHOUT ape, row stride score_stride floats
-  std::int64_t score_stride = 0;
-  const float* ape = nullptr;     // [m, coff·c]
-  const float* norm = nullptr;    // [c]
-  // Per-slot state (CompressorStatePool::storage()).
-  float* state = nullptr;         // [num_slots, records_per_slot, record_floats]
-  std::int32_t records_per_slot = 0;  // two-pass: ring rows R; online: snapshots (max_rollback + 1)
-  std::int32_t record_floats = 0;     // two-pass: 2·coff·c (kv | score + ape); online: 3·c (M | S | V)
-  // The paged cache (PagedCache::storage()).
-  std::uint8_t* cache = nullptr;  // [num_pages, page_bytes]
-  std::int64_t page_bytes = 0;
-  std::int32_t entries_per_page = 0;  // B = P / m
-  // Optional outputs, one row per event (null when not asked for).
-  float* out_compressed = nullptr;         // [E, c]
-  std::int32_t* out_entry_ids = nullptr;   // [E]
-  std::int32_t* out_positions = nullptr;   // [E]
-  std::int32_t* out_cache_slots = nullptr; // [E]
+// The step's buffers (ref::CompressBuffers, first: the kernels read them at the offsets they always
+// had), then what only the kernels need.
+struct KernelParams : ref::CompressBuffers {
   // The step (device copies of StepLayout's arrays).
   const StepRequest* requests = nullptr;   // [num_requests]
   const std::int64_t* item_begin = nullptr;  // [num_requests + 1] first item of each request

@@ -400,13 +400,7 @@ template <class Config, class Window>
 __device__ __forceinline__ void pool_and_finish(const KernelParams& p, const RingRows& rows, const Window& window,
                                                 const EntryTarget& target, int group, int lane, const float (&norm)[4],
                                                 const Staging<Config>& staging, double* s_sum) {
-  SoftmaxPartial acc;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    acc.max[k] = -INFINITY;
-    acc.sum[k] = 0.0f;
-    acc.weighted[k] = 0.0f;
-  }
+  SoftmaxPartial acc = empty_partial();
   int j_begin, j_end;
   if constexpr (Config::kSlicedFold) {
     const int slices = slice_count(window.count);
