@@ -181,6 +181,29 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
   }
 }
 
+// A consumer's output tile on its way to global memory: [64 heads][kRowBytes] in shared memory.
+// A fragment store puts one kPieceBytes piece in each of 8 head rows × 4 quads at once: straight to
+// global memory every such instruction touches 8 lines (measured: the epilogue took 7.6 µs of a 50 µs
+// thread block at B=128). Staged, each copy-out instruction writes whole runs of a head row. The pad
+// of 4 pieces per row puts the 8 rows of a fragment store on distinct banks (per half-warp for
+// 8-byte pieces).
+template <int kRowBytes, int kPieceBytes>
+struct StagedRows {
+  static constexpr int kPitch = kRowBytes + 4 * kPieceBytes;
+  std::uint8_t* base;
+  __device__ std::uint8_t* row(int local_head) const { return base + local_head * kPitch; }
+  // Rows [0, rows) to dest(r) (16-byte aligned), 16 bytes per thread and step; after a barrier of
+  // the writers.
+  template <class Dest>
+  __device__ void copy_out(int thread, int threads, int rows, Dest dest) const {
+    constexpr int kPieces = kRowBytes / 16;
+    for (int i = thread; i < rows * kPieces; i += threads) {
+      const int r = i / kPieces, piece = i % kPieces;
+      *reinterpret_cast<uint4*>(dest(r) + piece * 16) = *reinterpret_cast<const uint4*>(row(r) + piece * 16);
+    }
+  }
+};
+
 // O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
 template <int kN>
 __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32_t* a, std::uint64_t v_descriptor) {
@@ -415,16 +438,12 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   const float* rope_sin = rope_cos + Entry::kRopeDim / 2;
   const int dim0 = dim_first + 2 * quad;  // + 8j: this thread's output dim pairs (RoPE pairs stay in a thread)
   const bool writes_lse = part == 0 && consumer == 0 && quad == 0;
+  const int valid_heads = min(kHeadTile, p.num_heads - head0);
 
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
-    // Through shared memory: a fragment's 4-byte pieces land in 8 head rows at once, so stored
-    // straight to global memory every instruction would touch 8 lines with 16 bytes each (measured:
-    // the epilogue took 7.6 µs of a 50 µs block at B=128). Staged, each warp stores whole 512-byte
-    // runs of a head row. The K tiles are free: both consumers passed their last P·V wait before the
-    // barrier above. +16 bytes per staged row put a fragment's 8 rows on distinct banks.
-    constexpr int kRowBytes = kConsumerDims * 2;
-    constexpr int kStagePitch = kRowBytes + 16;
-    std::uint8_t* staged = s_k + consumer * kHeadTile * kStagePitch;
+    // Through shared memory (StagedRows): the Q and K tiles are free, both consumers passed their last
+    // P·V wait before the barrier above.
+    const StagedRows<kConsumerDims * 2, 4> staged{smem + W::kQ + consumer * kHeadTile * StagedRows<kConsumerDims * 2, 4>::kPitch};
     ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tiles come before these writes
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -440,20 +459,16 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
         const int d = dim0 + 8 * j;
         const bool rotate = has_rope && d >= Entry::kNopeDim;
         const int pair = rotate ? rope_pair(d) : 0;
-        *reinterpret_cast<std::uint32_t*>(staged + local_head * kStagePitch + (d - dim_first) * 2) =
+        *reinterpret_cast<std::uint32_t*>(staged.row(local_head) + (d - dim_first) * 2) =
             finish_pair(accumulate_chunk(0.0f, acc_o[4 * j + 2 * half], weight),
                         accumulate_chunk(0.0f, acc_o[4 * j + 2 * half + 1], weight), n.inv_denom, rotate,
                         rotate ? rope_cos[pair] : 1.0f, rotate ? rope_sin[pair] : 0.0f);
       }
     }
     ConsumerSync{}();
-    constexpr int kPiecesPerRow = kRowBytes / 16;
-    for (int i = ctid; i < kHeadTile * kPiecesPerRow; i += W::kConsumerThreads / W::kConsumers) {
-      const int local_head = i / kPiecesPerRow, piece = i % kPiecesPerRow;
-      if (head0 + local_head >= p.num_heads) break;  // padded heads: this and every later i
-      *reinterpret_cast<uint4*>(p.out + (out_row + head0 + local_head) * kDim + dim_first + piece * 8) =
-          *reinterpret_cast<const uint4*>(staged + local_head * kStagePitch + piece * 16);
-    }
+    staged.copy_out(ctid, W::kConsumerThreads / W::kConsumers, valid_heads, [&](int r) {
+      return reinterpret_cast<std::uint8_t*>(p.out + (out_row + head0 + r) * kDim + dim_first);
+    });
     DSV4_TIMELINE(timeline::mark_end(consumer));
     return;
   }
@@ -462,20 +477,26 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   // consumers only: the producer has left). The parts of a dim split count and merge their slices
   // apart; each writes the (identical) chunk statistics, so its merge never waits for another part.
   const std::int64_t chunk_base = row * p.num_splits;  // [row][chunk][head]
+  const StagedRows<kConsumerDims * 4, 8> staged{smem + W::kQ + consumer * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch};
+  ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tiles come before these writes
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int h = head0 + frag_row + 8 * half;
+    const int local_head = frag_row + 8 * half, h = head0 + local_head;
     if (h >= p.num_heads) continue;
-    const std::int64_t slot = (chunk_base + work.chunk) * p.num_heads + h;
-    float* out = p.partial_out + slot * kDim;
 #pragma unroll
     for (int j = 0; j < kConsumerDims / 8; ++j)
-      *reinterpret_cast<float2*>(out + dim0 + 8 * j) = make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
+      *reinterpret_cast<float2*>(staged.row(local_head) + (dim0 + 8 * j - dim_first) * 4) =
+          make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
     // With an output-dim split every part writes these same (max, sum) bits: another part's merge may
     // read the slot while it is rewritten with identical values, so no part ever waits for another.
     if (consumer == 0 && quad == 0)
-      *reinterpret_cast<float2*>(p.partial_stats + slot * 2) = make_float2(run_max[half], row_sum[half]);
+      *reinterpret_cast<float2*>(p.partial_stats + ((chunk_base + work.chunk) * p.num_heads + h) * 2) =
+          make_float2(run_max[half], row_sum[half]);
   }
+  ConsumerSync{}();
+  staged.copy_out(ctid, W::kConsumerThreads / W::kConsumers, valid_heads, [&](int r) {
+    return reinterpret_cast<std::uint8_t*>(p.partial_out + ((chunk_base + work.chunk) * p.num_heads + head0 + r) * kDim + dim_first);
+  });
   if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) {
     DSV4_TIMELINE(timeline::mark_end(consumer));
     return;
