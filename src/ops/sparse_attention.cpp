@@ -210,6 +210,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
     check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
     require(options.workspace.nbytes() >= needed, "workspace",
             "holds " + std::to_string(options.workspace.nbytes()) + " bytes, the call needs " + std::to_string(needed));
+    require(aligned16(options.workspace.data), "workspace", "must be 16-byte aligned on CUDA (16-byte partial stores)");
   }
   require(num_splits(window_slots.dim(1) + compressed_slots.dim(1), options.split_candidates) <= cuda::kMaxChunksPerRow,
           "compressed_slots",

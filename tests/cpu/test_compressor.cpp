@@ -126,7 +126,6 @@ TEST_P(CompressorCases, ShortStreamsAndTheFirstBlock) {
 
 INSTANTIATE_TEST_SUITE_P(Specs, CompressorCases, ::testing::ValuesIn(kCases), spec_case_name);
 
-// SPEC §4: the online recurrence equals the two-pass softmax to float32 rounding.
 // The CUDA compressor's division by a launch-fixed divisor (cuda/compressor/params.hpp, plain C++;
 // the kernel uses the same formula with __umulhi): n / d exactly for every numerator < 2^32. All n
 // below 2^16 and at every multiple of d ± 1 up to 2^20 for d = 1..300 (ratios, ring rows, entries
@@ -190,6 +189,7 @@ TEST(CompressorE4m3Bits, EqualsE4m3FromForEveryFloat) {
   }
 }
 
+// SPEC §4: the online recurrence equals the two-pass softmax to float32 rounding.
 TEST(CompressorOnline, AgreesWithTwoPassWithin1e5) {
   std::mt19937_64 rng(testing::fresh_seed());
   for (int m : {128, 16, 3}) {

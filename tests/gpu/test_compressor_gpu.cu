@@ -819,7 +819,7 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source
 // (4 or 5 blocks per SM, and the lean 5-block one: fewer instructions per event, config.hpp;
 // cuda::short_window_prefill);
-// decode steps always the 4-block one. All must write the same bytes: one stream fed whole and as
+// decode steps the lean one when it is chosen, else the 4-block one. All must write the same bytes: one stream fed whole and as
 // chunked prefill (heads whose windows reach into the ring, bodies, partial blocks) under each
 // schedule gives bit-identical rows, entries and caches, and rows within the reference's tolerance.
 TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {

@@ -584,6 +584,15 @@ TEST_F(SparseAttentionGpu, ArgumentErrors) {
     sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws_wide.view(), cs_wide.view(),
                      sink.view(), out.view(), lse.view(), options);
   });
+  // Large enough, but 8 bytes off a 16-byte boundary.
+  const std::size_t needed = sparse_attention_workspace_bytes(2, 16, 128, 64);
+  Tensor big = Tensor::zeros(DType::U8, {static_cast<std::int64_t>(needed) + 16}, Device::CUDA);
+  options.workspace = TensorView{static_cast<std::uint8_t*>(big.data()) + 8, DType::U8,
+                                 {static_cast<std::int64_t>(needed)}, Device::CUDA};
+  expect_error("workspace", [&] {
+    sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws_wide.view(), cs_wide.view(),
+                     sink.view(), out.view(), lse.view(), options);
+  });
 }
 
 // ---- the reduced set for compute-sanitizer ---------------------------------------------------------

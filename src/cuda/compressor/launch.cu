@@ -269,8 +269,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
       p.ratio_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
       p.ring_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
       p.page_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
-    } else {
-      short_window = compressor::ShortWindowPrefill::FiveBlocksPerSM;  // same bytes
+    } else {  // same bytes
+      short_window = layout.one_item_per_request ? compressor::ShortWindowPrefill::FourBlocksPerSM
+                                                 : compressor::ShortWindowPrefill::FiveBlocksPerSM;
     }
   }
   auto s = static_cast<cudaStream_t>(stream);

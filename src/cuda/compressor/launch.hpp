@@ -73,8 +73,8 @@ void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayou
 
 // The instantiation of the short-window (C4) kernel that runs steps with body items (prefill,
 // chunked prefill); decode steps (one item per request) run the lean one when it is chosen, else
-// the 4-block one. Both write the
-// same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
+// the 4-block one (also where the lean one cannot take the step: lean_prefill_fits). All three write
+// the same bytes (params.hpp, config.hpp). Unless set_short_window_prefill was called, it comes from the
 // environment variables DSV4_C4_PREFILL_BLOCKS_PER_SM, "5" (or unset) or "4", and
 // DSV4_C4_PREFILL_LEAN, "1" (or unset; with 5 blocks: FiveBlocksPerSMLean, the default) or "0"
 // (FiveBlocksPerSM), read once.

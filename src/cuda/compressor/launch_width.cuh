@@ -54,8 +54,8 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
 //   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0 (long windows only): the split (decode) instantiation;
-//   short_window: the instantiation of a short-window step (launch.cu passes FourBlocksPerSM for
-//   decode steps).
+//   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one
+//   or FourBlocksPerSM).
 template <int kWidth>
 cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, ShortWindowPrefill short_window,
                          cudaStream_t stream) {

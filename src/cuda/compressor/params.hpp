@@ -68,8 +68,8 @@ inline constexpr int kMaxSplitEvents = 128;
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
 
 // Which instantiation of the short-window (C4) two-pass kernel runs the steps that have body items
-// (prefill, chunked prefill; launch.cu). Both write the same bytes. Decode steps (one item per
-// request) always run FourBlocksPerSM.
+// (prefill, chunked prefill; launch.cu). All three write the same bytes. Decode steps (one item per
+// request) run FiveBlocksPerSMLean when it is chosen, else FourBlocksPerSM.
 enum class ShortWindowPrefill : std::int32_t {
   FourBlocksPerSM = 4,  // TwoPassConfig<c, false> (≤ 128 registers)
   FiveBlocksPerSM = 5,  // TwoPassFiveBlocksConfig<c> (≤ 96 registers)

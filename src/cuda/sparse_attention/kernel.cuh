@@ -321,7 +321,8 @@ __device__ __forceinline__ ChunkWork chunk_of_block(const SparseAttentionParams&
 // Blocks without a valid candidate are skipped: they would change nothing. Returns the live count.
 // Every thread issues all its slot loads before it stores any (one memory round trip, not one per
 // kThreads candidates), then calls `after_loads_issued` (the caller's Q copy: queued behind the small
-// slot loads instead of in front of them).
+// slot loads instead of in front of them). One pass covers the table because src/ops keeps
+// split_candidates a multiple of 64 and ≤ kMaxSplitCandidates (so num_blocks · 64 ≤ kPerThread · kThreads).
 template <int kThreads, class AfterLoadsIssued>
 __device__ __forceinline__ int plan_chunk(const SparseAttentionParams& p, const ChunkWork& w, int* s_slots,
                                           std::uint32_t* s_valid, int* s_live, AfterLoadsIssued after_loads_issued) {

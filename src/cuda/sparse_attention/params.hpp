@@ -26,7 +26,7 @@ struct SparseAttentionParams {
   const std::int32_t* compressed_slots = nullptr;  // [num_rows, compressed_width] (may be null if width 0)
   const float* attn_sink = nullptr;            // [num_heads]
   const float* rope_cos = nullptr;             // [num_rows, 32] or null (no inverse RoPE)
-  const float* rope_sin = nullptr;             // [num_rows, 32] or null
+  const float* rope_sin = nullptr;             // [num_rows, 32] or null (null exactly when rope_cos is: src/ops checks)
   std::uint16_t* out = nullptr;                // bf16 [num_rows, num_heads, 512]
   float* lse = nullptr;                        // [num_rows, num_heads]
   std::int32_t num_rows = 0;

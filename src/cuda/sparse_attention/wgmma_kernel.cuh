@@ -72,6 +72,7 @@ struct WgmmaPlan {
   // The merge keeps its weights [64][chunks] where the Q and K tiles were.
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
   static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit");
+  static_assert(kThreads >= kTableEntries && kTables % 16 == 0, "one table entry per thread, aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
   static_assert(kK % 1024 == 0 && kSlots % 16 == 0 && kValid % 16 == 0 && kLive % 16 == 0 && kRowMax % 16 == 0 &&
                     kProb % 16 == 0 && kInv % 16 == 0,
@@ -222,6 +223,9 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
+  // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
+  static_assert(W::kConsumers * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch <= W::kSlots - W::kQ,
+                "staged rows fit in the Q and K tiles");
   extern __shared__ __align__(16) std::uint8_t smem_unaligned[];
   const std::uint32_t misalignment = ptx::smem_address(smem_unaligned) % ptx::kSwizzleAtomBytes;
   std::uint8_t* smem = smem_unaligned + (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
