@@ -8,6 +8,7 @@
 
 #include "dsv4/compressor.hpp"
 #include "dsv4/error.hpp"
+#include "ops/compress_args.hpp"
 #include "ref/compressor_ref.hpp"
 #include "runtime/compressor_state_access.hpp"
 
@@ -146,10 +147,10 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
   return plan;
 }
 
-void compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
-              const MatrixF32View& kv, const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
-              const CompressOutputs& outputs, [[maybe_unused]] void* stream) {
-  const CompressPlan plan = plan_compress(spec, weights, batch, kv, score, pool, cache, outputs);
+ref::CompressArgs detail::compress_args(const CompressorSpec& spec, const CompressPlan& plan,
+                                        const CompressorWeights& weights, const MatrixF32View& kv,
+                                        const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
+                                        const CompressOutputs& outputs) {
   ref::CompressArgs args;
   args.spec = &spec;
   args.plan = &plan;
@@ -169,6 +170,14 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
   args.out_entry_ids = outputs.entry_ids.as<std::int32_t>();
   args.out_positions = outputs.positions.as<std::int32_t>();
   args.out_cache_slots = outputs.cache_slots.as<std::int32_t>();
+  return args;
+}
+
+void compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
+              const MatrixF32View& kv, const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
+              const CompressOutputs& outputs, [[maybe_unused]] void* stream) {
+  const CompressPlan plan = plan_compress(spec, weights, batch, kv, score, pool, cache, outputs);
+  const ref::CompressArgs args = detail::compress_args(spec, plan, weights, kv, score, pool, cache, outputs);
   switch (pool.device()) {
     case Device::CPU: ref::compress(args); break;
     case Device::CUDA:

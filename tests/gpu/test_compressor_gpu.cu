@@ -23,6 +23,7 @@
 #include "cuda/compressor/launch.hpp"
 #include "dsv4/projection.hpp"
 #include "dsv4/rope.hpp"
+#include "ops/compress_args.hpp"
 #include "ref/compressor_ref.hpp"
 
 namespace dsv4 {
@@ -743,22 +744,7 @@ TEST_P(CompressorGpu, ForkAtAPageBoundaryEqualsARunFromScratch) {
 // A graph-captured step (one upload from pinned memory + the kernel) equals the API's step.
 // The kernel arguments of a planned step on a CUDA side (what run_compress builds).
 ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& plan, const StepRows& rows, Side& side) {
-  ref::CompressArgs args;
-  args.spec = &s;
-  args.plan = &plan;
-  args.kv = rows.kv_view.data;
-  args.kv_stride = rows.kv_view.row_stride;
-  args.score = rows.score_view.data;
-  args.score_stride = rows.score_view.row_stride;
-  args.ape = side.ape.data_as<const float>();
-  args.norm = side.norm.data_as<const float>();
-  args.state = side.pool.storage().data_as<float>();
-  args.records_per_slot = side.pool.records_per_slot();
-  args.record_floats = side.pool.record_floats();
-  args.cache = side.cache.storage().data_as<std::uint8_t>();
-  args.page_bytes = side.cache.page_bytes();
-  args.entries_per_page = side.cache.entries_per_page();
-  return args;
+  return detail::compress_args(s, plan, side.weights(), rows.kv_view, rows.score_view, side.pool, side.cache);
 }
 
 // Two-pass long windows (C128) have two kernels: decode steps (≤ 8 tokens per request) spread each
