@@ -548,6 +548,13 @@ TEST_P(CompressorGpu, MixedBatchesOfManyRequests) {
 
 // ---- the GPU's own invariants ---------------------------------------------------------------------
 
+// Two GPU runs of one stream wrote the same bytes: rows, entries and the whole cache.
+void expect_same_run(const RunResult& got, const RunResult& want, const std::string& what) {
+  EXPECT_TRUE(got.compressed == want.compressed) << what;
+  EXPECT_TRUE(got.entries == want.entries) << what;
+  EXPECT_TRUE(got.cache == want.cache) << what;
+}
+
 // A single request on the GPU through SingleRequestCompressor, fed in `chunks`.
 RunResult run_gpu_chunks(const CompressorSpec& spec, const Stream& s, const std::vector<std::int64_t>& chunks,
                          int page_size) {
@@ -770,9 +777,7 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult mixed = run_gpu_chunks(s, stream, sizes, page_size);
   ASSERT_EQ(whole.entries.size(), 3u);
-  EXPECT_TRUE(mixed.compressed == whole.compressed);
-  EXPECT_TRUE(mixed.entries == whole.entries);
-  EXPECT_TRUE(mixed.cache == whole.cache);
+  expect_same_run(mixed, whole, "prefill and decode kernels mixed");
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(mixed.compressed, cpu.compressed, s.width, "mixed kernels vs CPU");
 
@@ -804,10 +809,10 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
 
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source
 // (4 or 5 blocks per SM, and the lean 5-block one: fewer instructions per event, config.hpp;
-// cuda::short_window_prefill);
-// decode steps the lean one when it is chosen, else the 4-block one. All must write the same bytes: one stream fed whole and as
-// chunked prefill (heads whose windows reach into the ring, bodies, partial blocks) under each
-// schedule gives bit-identical rows, entries and caches, and rows within the reference's tolerance.
+// cuda::short_window_prefill); decode steps the lean one when it is chosen, else the 4-block one.
+// All must write the same bytes: one stream fed whole and as chunked prefill (heads whose windows
+// reach into the ring, bodies, partial blocks) under each schedule gives bit-identical rows, entries
+// and caches, and rows within the reference's tolerance.
 TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   using cuda::compressor::ShortWindowPrefill;
   const CompressorSpec s = spec();
@@ -838,11 +843,7 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
                                                            {&five_chunked, "5 blocks, chunked"},
                                                            {&lean_whole, "5 blocks lean, whole"},
                                                            {&lean_chunked, "5 blocks lean, chunked"}};
-  for (const auto& [run, which] : runs) {
-    EXPECT_TRUE(run->compressed == four_whole.compressed) << which;
-    EXPECT_TRUE(run->entries == four_whole.entries) << which;
-    EXPECT_TRUE(run->cache == four_whole.cache) << which;
-  }
+  for (const auto& [run, which] : runs) expect_same_run(*run, four_whole, which);
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(five_whole.compressed, cpu.compressed, s.width, "5 blocks per SM vs CPU");
   expect_rows_close(lean_whole.compressed, cpu.compressed, s.width, "5 blocks lean vs CPU");
@@ -858,9 +859,7 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   const RunResult wide_four = run_gpu_chunks(s, wide, {wide.tokens}, page_size);
   cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSMLean);
   const RunResult wide_lean = run_gpu_chunks(s, wide, chunked, page_size);
-  EXPECT_TRUE(wide_lean.compressed == wide_four.compressed) << "wide scores";
-  EXPECT_TRUE(wide_lean.entries == wide_four.entries) << "wide scores";
-  EXPECT_TRUE(wide_lean.cache == wide_four.cache) << "wide scores";
+  expect_same_run(wide_lean, wide_four, "wide scores");
 
   // The lean kernel really ran: launch.cu falls back to FiveBlocksPerSM where its 32-bit offsets
   // would not fit, which these steps must not need.
