@@ -410,14 +410,17 @@ __device__ __forceinline__ void pool_and_finish(const KernelParams& p, const Rin
     j_begin = group * window.count / Config::kGroups;
     j_end = (group + 1) * window.count / Config::kGroups;
   }
+  const auto pool = [&](const auto& candidates) {
+    pool_candidates<Config, Config::kSlicedFold>(rows, candidates, j_begin, j_end, lane, staging, acc);
+  };
   if constexpr (Config::kHoistedWindow) {
     if (window.first_new <= 0) {  // no ring row (every body event): the lighter candidates, same bytes
-      pool_candidates<Config, Config::kSlicedFold>(rows, window.all_new(), j_begin, j_end, lane, staging, acc);
+      pool(window.all_new());
     } else {
-      pool_candidates<Config, Config::kSlicedFold>(rows, window, j_begin, j_end, lane, staging, acc);
+      pool(window);
     }
   } else {
-    pool_candidates<Config, Config::kSlicedFold>(rows, window, j_begin, j_end, lane, staging, acc);
+    pool(window);
   }
   merge_groups<Config>(group, lane, staging, acc);
   float compressed[4];
