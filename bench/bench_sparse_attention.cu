@@ -116,6 +116,12 @@ struct CaseInputs {
     dsv4::sparse_attention(q.view(), window, compressed, ws.view(), cs.view(), sink_d.view(), out.view(), lse.view(),
                            options);
   }
+  // The graph of one call, after a first call outside the capture (it sets the kernel attributes).
+  dsv4::bench::CapturedGraph graph_of_call(const Pools& pools) const {
+    call(pools);
+    check_cuda(cudaStreamSynchronize(stream), "first call");
+    return dsv4::bench::CapturedGraph(stream, [&](cudaStream_t) { call(pools); });
+  }
 };
 
 CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng) : n(kWindow + c.compressed) {
@@ -147,9 +153,7 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
   CaseInputs in(c, rng);  // not const: the CPU reference reads the host slots through mutable views
   const int n = in.n;
   const cudaStream_t stream = in.stream;
-  in.call(pools);  // first call outside the capture (sets the kernel attributes)
-  check_cuda(cudaStreamSynchronize(stream), "first call");
-  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { in.call(pools); });
+  const dsv4::bench::CapturedGraph graph = in.graph_of_call(pools);
   const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, flush_l2});
   constexpr int kWindow = CaseInputs::kWindow;
   const Tensor &q = in.q, &out = in.out, &lse = in.lse;
@@ -204,9 +208,7 @@ nlohmann::json run_timeline(const Case& c, const Pools& pools, std::mt19937_64& 
   const long long chunks = (in.n + c.split - 1) / c.split;
   const long long capacity = static_cast<long long>(c.rows) * ((c.heads + 63) / 64) * chunks * 4;
   Tensor records = Tensor::empty(DType::U8, {capacity * tl::kRecordWords * 8}, Device::CUDA);
-  in.call(pools);  // first call outside the capture (sets the kernel attributes)
-  check_cuda(cudaStreamSynchronize(stream), "first call");
-  const dsv4::bench::CapturedGraph graph(stream, [&](cudaStream_t) { in.call(pools); });
+  const dsv4::bench::CapturedGraph graph = in.graph_of_call(pools);
   const auto launch = [&](cudaStream_t s) { graph.launch(s); };
   const double off_us = dsv4::bench::time_us(launch, stream, {3, 20, true});
   tl::set_timeline_buffer(records.data_as<std::uint64_t>(), static_cast<int>(capacity));
