@@ -70,9 +70,12 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
               const TensorView& lse, const SparseAttentionOptions& options) {
   cuda::SparseAttentionParams p;
   p.q = q.as<const std::uint16_t>();
-  p.window = {window.pages.as<const std::uint8_t>(), window.pages.shape[1], window.entries_per_page, window_slots_total};
-  p.compressed = {compressed.pages.as<const std::uint8_t>(), compressed.pages.shape[1], compressed.entries_per_page,
-                  compressed_slots_total};
+  const auto device_pool = [](const AttentionPoolView& pool, std::int64_t num_slots) {
+    return cuda::AttentionPool{pool.pages.as<const std::uint8_t>(), pool.pages.shape[1], pool.entries_per_page, num_slots,
+                               cuda::make_fast_divisor(static_cast<std::uint32_t>(pool.entries_per_page))};
+  };
+  p.window = device_pool(window, window_slots_total);
+  p.compressed = device_pool(compressed, compressed_slots_total);
   p.window_slots = window_slots.as<const std::int32_t>();
   p.compressed_slots = compressed_slots.as<const std::int32_t>();
   p.attn_sink = attn_sink.as<const float>();

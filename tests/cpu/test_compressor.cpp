@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compressor_testing.hpp"
+#include "cuda/common/fast_divisor.hpp"
 #include "cuda/compressor/e4m3_bits.hpp"
 #include "cuda/compressor/params.hpp"
 
@@ -131,8 +132,8 @@ INSTANTIATE_TEST_SUITE_P(Specs, CompressorCases, ::testing::ValuesIn(kCases), sp
 // below 2^16 and at every multiple of d ± 1 up to 2^20 for d = 1..300 (ratios, ring rows, entries
 // per page), and random and boundary numerators for random divisors up to 2^31 − 1.
 TEST(CompressorFastDivisor, DividesExactly) {
-  using cuda::compressor::fast_divide_host;
-  using cuda::compressor::make_fast_divisor;
+  using cuda::fast_divide_host;
+  using cuda::make_fast_divisor;
   for (std::uint32_t d = 1; d <= 300; ++d) {
     const auto f = make_fast_divisor(d);
     for (std::uint32_t n = 0; n < (1u << 16); ++n) ASSERT_EQ(fast_divide_host(n, f), n / d) << n << " / " << d;

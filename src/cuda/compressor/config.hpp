@@ -101,8 +101,8 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
 // configuration (the 4-block kernel ran in 164 KB), asked for at the first launch.
 // The arithmetic is the PTX's (explicitly rounded operations), so the bytes are the 4-block kernel's.
 // kLean (ShortWindowPrefill::FiveBlocksPerSMLean): fewer instructions per event, same bytes — each
-// event's integer work (the divisions by m, R and the entries per page: FastDivisor, params.hpp;
-// the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
+// event's integer work (the divisions by m, R and the entries per page: FastDivisor,
+// cuda/common/fast_divisor.hpp; the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
 // e4m3 codes come from integer operations on the float's bits (e4m3_bits.hpp, equal to e4m3_from
 // for every float), and (c = 512) a batch whose exponentials all have normal results skips their
 // subnormal fix-up (two_pass.cuh, exp_normal_result: the same bits). The floating-point operations

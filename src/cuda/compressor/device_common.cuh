@@ -152,10 +152,6 @@ __device__ __forceinline__ EntryTarget entry_target_in_page(const KernelParams& 
   t.cache_slot = physical * p.entries_per_page + t.index_in_page;
   return t;
 }
-// n / d.divisor for n < 2^32 (params.hpp, FastDivisor): ~4 instructions instead of a division.
-__device__ __forceinline__ std::uint32_t fast_divide(std::uint32_t n, const FastDivisor& d) {
-  return fast_divide_with(n, d, __umulhi(n, d.multiplier));
-}
 
 // entry_target for the lean short-window instantiation: entry n = `entry` (< 2^31, launch.cu),
 // its logical page by a FastDivisor instead of a 64-bit division.

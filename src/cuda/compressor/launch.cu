@@ -266,9 +266,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     short_window = compressor::ShortWindowPrefill::FourBlocksPerSM;
   if (short_window == compressor::ShortWindowPrefill::FiveBlocksPerSMLean) {
     if (!long_window && !spec.online && lean_prefill_fits(a)) {
-      p.ratio_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
-      p.ring_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
-      p.page_divisor = compressor::make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
+      p.ratio_divisor = make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
+      p.ring_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
+      p.page_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
     } else {  // same bytes
       short_window = layout.one_item_per_request ? compressor::ShortWindowPrefill::FourBlocksPerSM
                                                  : compressor::ShortWindowPrefill::FiveBlocksPerSM;

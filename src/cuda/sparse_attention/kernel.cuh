@@ -112,7 +112,10 @@ __device__ __forceinline__ EntryAddress entry_address(const SparseAttentionParam
   const std::uint8_t* pages = in_window ? p.window.pages : p.compressed.pages;
   const std::int64_t page_bytes = in_window ? p.window.page_bytes : p.compressed.page_bytes;
   const int per_page = in_window ? p.window.entries_per_page : p.compressed.entries_per_page;
-  const int page = slot / per_page, index = slot - page * per_page;
+  // slot / per_page by the launch's multiplier (exact for every slot < 2^31): no divide on the gather path.
+  const int page = static_cast<int>(
+      fast_divide(static_cast<std::uint32_t>(slot), in_window ? p.window.page_divisor : p.compressed.page_divisor));
+  const int index = slot - page * per_page;
   const std::uint8_t* page_base = pages + static_cast<std::int64_t>(page) * page_bytes;
   return {page_base + Entry::data_offset(index), page_base + Entry::scale_offset(index, per_page)};
 }

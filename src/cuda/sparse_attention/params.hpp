@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/fast_divisor.hpp"
 #include "dsv4/sparse_attention.hpp"
 
 namespace dsv4::cuda {
@@ -16,6 +17,7 @@ struct AttentionPool {
   std::int64_t page_bytes = 0;          // AttentionEntryFormat::page_bytes(entries_per_page)
   std::int32_t entries_per_page = 0;
   std::int64_t num_slots = 0;           // num_pages · entries_per_page; slots outside [0, num_slots) are masked
+  FastDivisor page_divisor;             // of entries_per_page: a slot's page without a divide
 };
 
 struct SparseAttentionParams {
