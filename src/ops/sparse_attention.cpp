@@ -101,20 +101,18 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
       scratch = options.workspace.data;
     } else {
       require(cudaMallocAsync(&scratch, layout.total, stream) == cudaSuccess, "device", "cudaMallocAsync failed");
-      require(cudaMemsetAsync(scratch, 0, layout.total, stream) == cudaSuccess, "device", "cudaMemsetAsync failed");
       owned = true;
     }
     auto* base = static_cast<std::uint8_t*>(scratch);
     p.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
     p.partial_stats = reinterpret_cast<float*>(base + layout.partial_stats);
     p.arrivals = reinterpret_cast<std::int32_t*>(base + layout.arrivals);
-    // The kernels leave the counters zeroed, but where they sit depends on the shape: after a call of
-    // another shape this call's counters may overlay that call's partial sums. Clearing them (a few
-    // hundred bytes) lets one caller workspace serve every shape up to its size.
-    if (!owned) {
-      require(cudaMemsetAsync(base + layout.arrivals, 0, layout.total - layout.arrivals, stream) == cudaSuccess,
-              "device", "cudaMemsetAsync failed");
-    }
+    // Only the arrival counters must start at zero (every partial is written before it is read). The
+    // kernels leave them zeroed, but where they sit depends on the shape: after a call of another shape
+    // they may overlay that call's partial sums. Clearing them (a few hundred bytes) lets one caller
+    // workspace serve every shape up to its size.
+    require(cudaMemsetAsync(base + layout.arrivals, 0, layout.total - layout.arrivals, stream) == cudaSuccess,
+            "device", "cudaMemsetAsync failed");
   }
   try {
     cuda::launch_sparse_attention(p, options.stream);

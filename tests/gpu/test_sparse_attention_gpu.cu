@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda/sparse_attention/dequant.cuh"
+#include "cuda/sparse_attention/params.hpp"  // set_cluster_merge
 #include "dsv4/cache_format.hpp"
 #include "dsv4/entry_codec.hpp"
 #include "dsv4/formats.hpp"
@@ -429,6 +430,60 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
   }
 }
 
+// Sets the cluster merge mode (process-wide) for a scope, then restores it.
+struct ClusterMergeScope {
+  cuda::ClusterMerge before;
+  explicit ClusterMergeScope(cuda::ClusterMerge mode) : before(cuda::set_cluster_merge(mode)) {}
+  ~ClusterMergeScope() { cuda::set_cluster_merge(before); }
+};
+
+// Rows split into 2..16 chunks merged inside a thread-block cluster give exactly the bytes of the merge
+// through the workspace, and match the reference: one row of 5 chunks in 4 output parts, 12 chunks
+// (a non-portable cluster size) with padded heads, 3 chunks over two head tiles in 4 parts, 5 chunks
+// over two head tiles in 2 parts, and a batch of 128 rows of 2 chunks; RoPE fused in every case. The
+// launcher must report the cluster path when forced (a fallback to the workspace merge would compare it
+// with itself). The default (automatic) mode gives the same bytes, and takes the cluster path at least
+// where the plain grid is more than one wave (128 rows) or its clusters surely fit at once (1 row, 4
+// clusters of 5).
+TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  struct Case {
+    int rows, heads, compressed_width, split;
+  };
+  for (const Case c : {Case{1, 64, 512, 128}, Case{2, 96, 2048, 192}, Case{5, 128, 1024, 384}, Case{4, 128, 512, 128},
+                       Case{128, 64, 512, 384}}) {
+    const std::string what = "rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.heads) +
+                             " K=" + std::to_string(c.compressed_width) + " split=" + std::to_string(c.split);
+    Problem p(rng, window, compressed, c.rows, c.heads, 128, c.compressed_width);
+    p.random_slots(rng, 0.05);
+    p.random_rope(rng);
+    SparseAttentionOptions options = chunked();
+    options.split_candidates = c.split;
+    Outputs through_workspace, in_cluster, automatic;
+    {
+      const ClusterMergeScope off(cuda::ClusterMerge::off);
+      through_workspace = p.run(Device::CUDA, options);
+      EXPECT_FALSE(cuda::last_launch_merged_in_cluster()) << what << ": merged in clusters with the mode off";
+    }
+    {
+      const ClusterMergeScope on(cuda::ClusterMerge::forced);
+      in_cluster = p.run(Device::CUDA, options);
+      EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << what << ": the launch fell back to the workspace merge";
+    }
+    {
+      const ClusterMergeScope on(cuda::ClusterMerge::automatic);
+      automatic = p.run(Device::CUDA, options);
+      if (c.rows == 128 || c.rows == 1)
+        EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << what << ": automatic mode kept the workspace merge";
+    }
+    EXPECT_TRUE(in_cluster.out == through_workspace.out) << what << ": the cluster merge changes the output bytes";
+    EXPECT_TRUE(in_cluster.lse == through_workspace.lse) << what << ": the cluster merge changes the lse";
+    EXPECT_TRUE(automatic.out == through_workspace.out && automatic.lse == through_workspace.lse)
+        << what << ": the automatic mode changes the bytes";
+    if (c.rows <= 5) expect_close(in_cluster, p.run(Device::CPU, options), what.c_str());
+  }
+}
+
 // Trailing −1 columns (a batch padded to its longest row) add only empty chunks: same bytes, also
 // when they turn a one-chunk row into a merged one.
 TEST_F(SparseAttentionGpu, MissingSlotPaddingKeepsBytes) {
@@ -607,10 +662,23 @@ TEST_F(SparseAttentionGpu, SanitizeMergedChunks) {
   expect_matches_reference(p, options, "sanitize merged");
 }
 
+TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
+  const Pool window(rng, 64, 4), compressed(rng, 64, 8);
+  Problem p(rng, window, compressed, 2, 64, 128, 256);
+  p.random_slots(rng, 0.1);
+  p.random_rope(rng);
+  SparseAttentionOptions options = chunked();
+  options.split_candidates = 64;  // six chunks, one cluster per (row, part)
+  const ClusterMergeScope on(cuda::ClusterMerge::forced);
+  expect_matches_reference(p, options, "sanitize cluster merge");
+  EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << "the launch fell back to the workspace merge";
+}
+
 TEST_F(SparseAttentionGpu, SanitizeLargeChunks) {
   const Pool window(rng, 64, 2), compressed(rng, 64, 24);
   Problem p(rng, window, compressed, 2, 64, 64, 1400);  // the default split: 1152 + 312
   p.random_slots(rng, 0.1);
+  const ClusterMergeScope off(cuda::ClusterMerge::off);  // the 64-head tile's merge through the workspace
   expect_matches_reference(p, SparseAttentionOptions{}, "sanitize default split");
 }
 

@@ -7,11 +7,43 @@
 // batch size, every H < 64 never does.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
 #include "cuda/sparse_attention/params.hpp"
 
 namespace dsv4::cuda {
+
+namespace {
+std::atomic<int> cluster_merge_override{-1};  // −1: from the environment, else a ClusterMerge
+std::atomic<bool> last_merged_in_cluster{false};
+}  // namespace
+
+bool last_launch_merged_in_cluster() { return last_merged_in_cluster.load(std::memory_order_relaxed); }
+void note_cluster_merge_launch(bool merged_in_cluster) {
+  last_merged_in_cluster.store(merged_in_cluster, std::memory_order_relaxed);
+}
+
+ClusterMerge cluster_merge() {
+  const int set = cluster_merge_override.load(std::memory_order_relaxed);
+  if (set >= 0) return static_cast<ClusterMerge>(set);
+  static const ClusterMerge from_environment = [] {
+    const char* value = std::getenv("DSV4_ATTENTION_CLUSTER_MERGE");
+    if (value != nullptr && std::strcmp(value, "0") == 0) return ClusterMerge::off;
+    if (value != nullptr && std::strcmp(value, "1") == 0) return ClusterMerge::forced;
+    return ClusterMerge::automatic;
+  }();
+  return from_environment;
+}
+
+ClusterMerge set_cluster_merge(ClusterMerge mode) {
+  const ClusterMerge before = cluster_merge();
+  cluster_merge_override.store(static_cast<int>(mode), std::memory_order_relaxed);
+  return before;
+}
 
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
@@ -50,6 +82,14 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
     else if (4 * blocks <= sms) params.dim_split = 4;
     else if (2 * blocks <= sms) params.dim_split = 2;
   }
+  // The cluster merge: a cluster holds one (row, tile, part)'s chunks as consecutive blocks, so the
+  // chunk-major grid order is off there.
+  note_cluster_merge_launch(false);  // launch_wgmma records a cluster launch
+  const ClusterMerge mode = cluster_merge();
+  params.cluster_merge = 0;
+  if (tile == 64 && params.num_splits >= 2 && params.num_splits <= 16 && mode != ClusterMerge::off)
+    params.cluster_merge = mode == ClusterMerge::forced ? 2 : 1;
+  if (params.cluster_merge) params.order_group = 1;
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "cuda/sparse_attention/kernel.cuh"
@@ -31,11 +33,37 @@ void reserve_shared_memory(Kernel kernel, int smem_bytes) {
              "cannot reserve shared memory for sparse attention");
 }
 
+// How many clusters of `size` blocks of `kernel` (dynamic shared memory `smem_bytes`) the device runs
+// at once, 0 if it cannot schedule that size (sizes above 8 are non-portable: allowed for the kernel
+// here). `known` is the kernel's own answers so far, indexed by size (−1: not asked yet), so each size
+// is asked once.
+template <class Kernel>
+int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::atomic<int> (&known)[17]) {
+  const int answered = known[size].load();
+  if (answered >= 0) return answered;
+  if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
+  cudaGetLastError();  // a refusal is an answer, not an error
+  known[size].store(clusters);
+  return clusters;
+}
+
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
-// output-dim parts.
-template <int kDimSplit>
+// output-dim parts; with kClusterMerge the chunks of each (row, tile, part) form one cluster.
+template <int kDimSplit, bool kClusterMerge>
 void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit>;
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge>;
   static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
   (void)reserved;
   // setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
@@ -49,7 +77,38 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     throw Error("device", "the wgmma attention kernel was built with " + std::to_string(launch_registers) +
                               " registers per thread, its register split needs at least " +
                               std::to_string(WgmmaPlan::kLaunchRegisters));
-  launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
+  if constexpr (kClusterMerge) {
+    const int size = params.num_splits;
+    static std::atomic<int> known[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    static const int sms = multiprocessor_count();
+    const int at_once = active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
+    // One block per SM: a grid that fits in one wave must not become two through the clusters' GPC
+    // constraint (automatic mode; forced takes any schedulable size).
+    const long long clusters = blocks * kDimSplit / size;
+    const bool more_waves = blocks * kDimSplit <= sms && clusters > at_once;
+    if (at_once == 0 || (more_waves && params.cluster_merge != 2)) {
+      SparseAttentionParams through_workspace = params;  // the same bytes through global partials
+      through_workspace.cluster_merge = 0;
+      launch_wgmma<kDimSplit, false>(through_workspace, blocks, stream);
+      return;
+    }
+    if (blocks * kDimSplit > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(blocks * kDimSplit));
+    config.blockDim = dim3(WgmmaPlan::kThreads);
+    config.dynamicSmemBytes = WgmmaPlan::kSmemBytes;
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(size);
+    attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention cluster launch failed");
+    note_cluster_merge_launch(true);
+  } else {
+    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
+  }
 }
 
 template <int kHeadTile>
@@ -57,11 +116,15 @@ void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
   const long long head_tiles = (params.num_heads + kHeadTile - 1) / kHeadTile;
   const long long blocks = static_cast<long long>(params.num_rows) * head_tiles * params.num_splits;
   if constexpr (kHeadTile == WgmmaPlan::kHeads) {
-    switch (params.dim_split) {
-      case 4: launch_wgmma<4>(params, blocks, stream); break;
-      case 2: launch_wgmma<2>(params, blocks, stream); break;
-      default: launch_wgmma<1>(params, blocks, stream); break;
-    }
+    const auto launch = [&]<bool kCluster>() {
+      switch (params.dim_split) {
+        case 4: launch_wgmma<4, kCluster>(params, blocks, stream); break;
+        case 2: launch_wgmma<2, kCluster>(params, blocks, stream); break;
+        default: launch_wgmma<1, kCluster>(params, blocks, stream); break;
+      }
+    };
+    if (params.cluster_merge) launch.template operator()<true>();
+    else launch.template operator()<false>();
   } else {  // 16 and 32 on mma.sync (kernel.cuh)
     using T = Traits<kHeadTile>;
     static const bool reserved = (reserve_shared_memory(sparse_attention_kernel<kHeadTile>, T::kSmemBytes), true);

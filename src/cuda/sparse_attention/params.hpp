@@ -50,6 +50,10 @@ struct SparseAttentionParams {
   // and probabilities and the P·V of 512 / dim_split output dims; they count their chunks apart
   // (arrival counters head0 / 16 + part, so it needs num_heads % 64 == 0).
   std::int32_t dim_split = 0;
+  // Set by launch_sparse_attention (changes no bit): 1 = rows of 2..16 chunks on the 64-head tile merge
+  // inside a thread-block cluster (set_cluster_merge), the workspace then unused; 2 = as 1, forced
+  // (ClusterMerge::forced: also where the clusters need more waves than the plain grid).
+  std::int32_t cluster_merge = 0;
 };
 
 // Largest split_candidates the kernels' shared slot table holds (the public limit).
@@ -76,5 +80,22 @@ inline WorkspaceLayout workspace_layout(std::int64_t num_rows, std::int64_t num_
 
 // Runs the kernels on `stream` (a cudaStream_t). Throws Error("device", ...) on a CUDA failure.
 void launch_sparse_attention(const SparseAttentionParams& params, void* stream);
+
+// The cluster merge: a row of 2..16 chunks on the 64-head tile is launched as thread-block clusters
+// whose blocks merge their chunks through distributed shared memory, instead of float32 partials
+// through the workspace and an arrival counter; the same arithmetic in the same order, so the same
+// bytes. `automatic` (the default) takes it unless the grid fits on the SMs in one wave and its
+// clusters do not (clusters need their SMs in one GPC: B = 1, H = 128 at 10 chunks lost 30 % that
+// way); `forced` takes it whenever the device can schedule the cluster size (tests); `off` never.
+// DSV4_ATTENTION_CLUSTER_MERGE=0 / 1 (read once) selects off / forced; set_cluster_merge overrides
+// both and returns the mode before the call.
+enum class ClusterMerge { off, automatic, forced };
+ClusterMerge set_cluster_merge(ClusterMerge mode);
+ClusterMerge cluster_merge();
+// Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
+// was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
+// kept a one-wave grid plain: the same bytes through the workspace). For tests: a fallback must not pass for the cluster path.
+bool last_launch_merged_in_cluster();
+void note_cluster_merge_launch(bool merged_in_cluster);  // the launcher's record of it
 
 }  // namespace dsv4::cuda

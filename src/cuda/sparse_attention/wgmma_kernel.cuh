@@ -26,6 +26,8 @@
 // is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "cuda/common/ptx_sm90.cuh"
@@ -205,6 +207,103 @@ struct StagedRows {
   }
 };
 
+// The consumers' end of a block launched in a cluster of the row's chunks (kClusterMerge): each block
+// stages its float32 O and (max, sum) per head in its own shared memory; after a cluster barrier, block
+// (chunk) r merges heads [r·n/C, (r+1)·n/C) of the tile for this part's dims, reading every chunk's
+// values through distributed shared memory in chunk order, with merge_chunks' arithmetic (the same
+// bytes as the merge through global memory); a second barrier keeps every block's shared memory alive
+// until the others have read it. `column0` is this thread's first staged column (dims, in the
+// consumer's slice).
+template <int kHeadTile, int kConsumerDims>
+__device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p, const ChunkWork& work, int dim_begin,
+                                                 int dims, std::uint8_t* smem, const float* s_tables,
+                                                 const float (&acc_o)[kConsumerDims / 2], const float (&run_max)[2],
+                                                 const float (&row_sum)[2], int frag_row, int quad, int consumer,
+                                                 int ctid, int column0, bool write_lse) {
+  using W = WgmmaPlan;
+  using Staged = StagedRows<kConsumerDims * 4, 8>;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int tile_heads = min(kHeadTile, p.num_heads - work.head0);
+  auto* s_stats = reinterpret_cast<float2*>(smem + W::kProb);  // [64] (max, sum) of this chunk
+  const Staged own{smem + W::kQ + consumer * kHeadTile * Staged::kPitch};
+  ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tiles come before these writes
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int local_head = frag_row + 8 * half;
+    if (local_head >= tile_heads) continue;
+#pragma unroll
+    for (int j = 0; j < kConsumerDims / 8; ++j)
+      *reinterpret_cast<float2*>(own.row(local_head) + (column0 + 8 * j) * 4) =
+          make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
+    if (consumer == 0 && quad == 0) s_stats[local_head] = make_float2(run_max[half], row_sum[half]);
+  }
+  cluster.barrier_wait(cluster.barrier_arrive());  // every chunk's values are in place
+
+  const int chunks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int head_begin = rank * tile_heads / chunks, head_end = (rank + 1) * tile_heads / chunks;
+  const int my_heads = head_end - head_begin;
+  // Weights [my_heads][chunks] after the staged rows (free), 1/denominators in the merge's slot.
+  auto* s_weights = reinterpret_cast<float*>(smem + W::kQ + 2 * kHeadTile * Staged::kPitch);
+  auto* s_inv = reinterpret_cast<float*>(smem + W::kInv);
+  if (ctid + consumer * 128 < my_heads) {
+    const int i = ctid + consumer * 128, local_head = head_begin + i, h = work.head0 + local_head;
+    const auto chunk_stats = [&](int c) { return cluster.map_shared_rank(s_stats, c)[local_head]; };
+    const RowNormalizer n = merge_weights(chunks, chunk_stats, __fmul_rn(s_tables[local_head], kLog2e));
+    for (int c = 0; c < chunks; ++c) s_weights[i * chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
+    s_inv[i] = n.inv_denom;
+    if (write_lse) p.lse[work.row * p.num_heads + h] = n.lse;
+  }
+  ptx::barrier_sync(W::kConsumerBarrier, W::kConsumerThreads);
+
+  const bool has_rope = p.rope_cos != nullptr;
+  const float* rope_cos = s_tables + kHeadTile;
+  const float* rope_sin = rope_cos + Entry::kRopeDim / 2;
+  const int quads = dims / 4;  // float4 per head row of this part
+  const int total = my_heads * quads;
+  constexpr int kBatch = 4;  // float4 per thread at a time: their remote reads of one chunk in flight together
+  for (int first = ctid + consumer * 128; first < total; first += kBatch * W::kConsumerThreads) {
+    float4 acc[kBatch];
+    int staged_offset[kBatch];  // element b: byte offset in every block's staged rows
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = min(first + b * W::kConsumerThreads, total - 1);  // past the end: a valid, unused element
+      const int local_head = head_begin + i / quads, column = (i % quads) * 4;
+      staged_offset[b] = static_cast<int>(W::kQ) + (column / kConsumerDims) * kHeadTile * Staged::kPitch +
+                         local_head * Staged::kPitch + (column % kConsumerDims) * 4;
+      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int c = 0; c < chunks; ++c) {
+      const std::uint8_t* theirs = cluster.map_shared_rank(smem, c);
+      float4 o[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) o[b] = *reinterpret_cast<const float4*>(theirs + staged_offset[b]);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const float w = s_weights[(min(first + b * W::kConsumerThreads, total - 1) / quads) * chunks + c];
+        acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w);
+        acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w);
+        acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w);
+        acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = first + b * W::kConsumerThreads;
+      if (i >= total) continue;
+      const int local = i / quads, local_head = head_begin + local, d = dim_begin + (i % quads) * 4;
+      const bool rotate = has_rope && d >= Entry::kNopeDim;
+      const int pair = rotate ? rope_pair(d) : 0;
+      *reinterpret_cast<uint2*>(p.out + (work.row * p.num_heads + work.head0 + local_head) * kDim + d) = make_uint2(
+          finish_pair(acc[b].x, acc[b].y, s_inv[local], rotate, rotate ? rope_cos[pair] : 1.0f,
+                      rotate ? rope_sin[pair] : 0.0f),
+          finish_pair(acc[b].z, acc[b].w, s_inv[local], rotate, rotate ? rope_cos[pair + 1] : 1.0f,
+                      rotate ? rope_sin[pair + 1] : 0.0f));
+    }
+  }
+  cluster.barrier_wait(cluster.barrier_arrive());  // nobody reads this block's shared memory any more
+}
+
 // O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
 template <int kN>
 __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32_t* a, std::uint64_t v_descriptor) {
@@ -214,7 +313,10 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
 }
 
 // kDimSplit (1, 2 or 4): blocks per (row, head tile, chunk), each owning 512 / kDimSplit output dims.
-template <int kHeadTile, int kDimSplit>
+// kClusterMerge: launched in clusters of num_splits (2..16) blocks, the chunks of one (row, head tile,
+// part); they merge through distributed shared memory (merge_in_cluster) instead of float32 partials
+// in global memory, with the same arithmetic in the same order: the same bytes.
+template <int kHeadTile, int kDimSplit, bool kClusterMerge = false>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
@@ -240,8 +342,13 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
 
   const int tid = threadIdx.x;
-  const int part = static_cast<int>(blockIdx.x % kDimSplit);  // this block's slice of the output dims
-  const ChunkWork work = chunk_of_block(p, kHeadTile, blockIdx.x / kDimSplit);
+  // This block's slice of the output dims and its (row, head tile, chunk). In clusters the chunks of a
+  // (row, tile, part) are consecutive blocks (order_group 1 keeps a row's chunks consecutive units).
+  const unsigned chunks = static_cast<unsigned>(p.num_splits);
+  const int part = static_cast<int>(kClusterMerge ? blockIdx.x / chunks % kDimSplit : blockIdx.x % kDimSplit);
+  const unsigned unit =
+      kClusterMerge ? blockIdx.x / chunks / kDimSplit * chunks + blockIdx.x % chunks : blockIdx.x / kDimSplit;
+  const ChunkWork work = chunk_of_block(p, kHeadTile, unit);
   const int head0 = work.head0;
   const std::int64_t row = work.row;
   DSV4_TIMELINE(timeline::mark_start());
@@ -284,6 +391,10 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     ptx::registers_decrease<W::kProducerRegisters>();
     produce_tiles(p, work, s_slots, s_live, num_live, s_k);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
+    if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
+      cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
+      cooperative_groups::this_cluster().barrier_arrive();
+    }
     return;
   }
   ptx::registers_increase<W::kConsumerRegisters>();
@@ -444,6 +555,13 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   const bool writes_lse = part == 0 && consumer == 0 && quad == 0;
   const int valid_heads = min(kHeadTile, p.num_heads - head0);
 
+  if constexpr (kClusterMerge) {
+    merge_in_cluster<kHeadTile, kConsumerDims>(p, work, part * kPartDims, kPartDims, smem, s_tables, acc_o, run_max,
+                                               row_sum, frag_row, quad, consumer, ctid, dim0 - dim_first,
+                                               part == 0);
+    DSV4_TIMELINE(timeline::mark_end(consumer));
+    return;
+  }
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
     // Through shared memory (StagedRows): the Q and K tiles are free, both consumers passed their last
     // P·V wait before the barrier above.
