@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,7 +108,9 @@ struct CaseInputs {
   cudaStream_t stream{};
   dsv4::SparseAttentionOptions options;
 
-  CaseInputs(const Case& c, std::mt19937_64& rng);
+  // code_only: every candidate of every row is entry 0 — the call runs the kernels' whole code (the
+  // same instantiation as the case) on one entry of data.
+  CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only = false);
   CaseInputs(const CaseInputs&) = delete;
   CaseInputs& operator=(const CaseInputs&) = delete;
   ~CaseInputs() { cudaStreamDestroy(stream); }
@@ -124,14 +127,14 @@ struct CaseInputs {
   }
 };
 
-CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng) : n(kWindow + c.compressed) {
+CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(kWindow + c.compressed) {
   q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
   fill_bf16<<<1024, 256>>>(q.data_as<std::uint16_t>(), q.numel(), rng());
   std::uniform_int_distribution<int> slot(0, kPoolPages * kPerPage - 1);
   window_slots.resize(static_cast<std::size_t>(c.rows) * kWindow);
   compressed_slots.resize(static_cast<std::size_t>(c.rows) * c.compressed);
-  for (auto& s : window_slots) s = slot(rng);
-  for (auto& s : compressed_slots) s = slot(rng);
+  for (auto& s : window_slots) s = code_only ? 0 : slot(rng);
+  for (auto& s : compressed_slots) s = code_only ? 0 : slot(rng);
   sink.resize(c.heads);
   for (auto& s : sink) s = std::uniform_real_distribution<float>(-1.0f, 2.0f)(rng);
   ws = Tensor::from_host(DType::I32, {c.rows, kWindow}, window_slots.data(), Device::CUDA);
@@ -148,13 +151,26 @@ CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng) : n(kWindow + c.comp
   options.stream = stream;
 }
 
+// What each timed call finds in L2: nothing (flushed), its code but not its data (flushed, then the
+// same kernels on one entry of other inputs), or everything from the previous call.
+enum class L2State { cold, warm_code, warm };
+
 // Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
-void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, bool flush_l2) {
+void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, L2State l2) {
   CaseInputs in(c, rng);  // not const: the CPU reference reads the host slots through mutable views
   const int n = in.n;
   const cudaStream_t stream = in.stream;
   const dsv4::bench::CapturedGraph graph = in.graph_of_call(pools);
-  const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, flush_l2});
+  dsv4::bench::TimingOptions timing{3, 20, l2 != L2State::warm};
+  std::optional<CaseInputs> warmer;
+  std::optional<dsv4::bench::CapturedGraph> warmer_graph;
+  if (l2 == L2State::warm_code) {
+    std::mt19937_64 warmer_rng(rng());
+    warmer.emplace(c, warmer_rng, true);
+    warmer_graph.emplace(warmer->graph_of_call(pools));
+    timing.after_flush = [&](cudaStream_t s) { warmer_graph->launch(s); };
+  }
+  const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, timing);
   constexpr int kWindow = CaseInputs::kWindow;
   const Tensor &q = in.q, &out = in.out, &lse = in.lse;
   std::vector<std::int32_t>&window_slots = in.window_slots, &compressed_slots = in.compressed_slots;
@@ -191,7 +207,7 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
 
   const double flops = 2.0 * c.heads * n * 1024.0 * c.rows;
   const double bytes = double(c.rows) * n * F::kEntryBytes + 2.0 * c.rows * c.heads * F::kDim * 2;
-  report.add(c.name,
+  report.add(l2 == L2State::warm_code ? c.name + "_warmcode" : c.name,
              {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split},
               {"gathered_GBps", bytes / (us * 1e3)}},
              us, "TFLOP/s", flops / (us * 1e6), kBf16Ceiling, ok);
@@ -243,8 +259,9 @@ std::vector<std::string> case_names(const std::vector<char*>& args) {
 
 }  // namespace
 
-// Usage: bench_sparse_attention [OUT_DIR] [--warm-l2] [--split N] [name-part...]
-// (--split N runs every case with split_candidates N, the names suffixed _splitN)
+// Usage: bench_sparse_attention [OUT_DIR] [--warm-l2 | --warm-code] [--split N] [name-part...]
+// (--split N runs every case with split_candidates N, the names suffixed _splitN; --warm-code runs the
+// same kernels on one entry of other inputs after each L2 flush, the names suffixed _warmcode)
 //    or: bench_sparse_attention --timeline OUT.json [--split N] CASE[,CASE...]  (exact names; only in a
 // build with -DDSV4_ATTENTION_TIMELINE: per-phase tables of each case, raw stamps into OUT.json)
 int main(int argc, char** argv) {
@@ -256,12 +273,13 @@ int main(int argc, char** argv) {
   }
 #endif
   const std::string out_dir = argc > 1 ? argv[timeline ? 2 : 1] : ".";
-  bool flush_l2 = true;
+  L2State l2 = L2State::cold;
   int split = 0;
   std::vector<char*> name_parts = {argv[0], argv[0]};  // CaseFilter reads from index 2
   for (int i = timeline ? 3 : 2; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--warm-l2") flush_l2 = false;
+    if (arg == "--warm-l2") l2 = L2State::warm;
+    else if (arg == "--warm-code") l2 = L2State::warm_code;
     else if (arg == "--split" && i + 1 < argc) split = std::stoi(argv[++i]);
     else name_parts.push_back(argv[i]);
   }
@@ -289,7 +307,8 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (c.name == "decode_B1_H64_N640_nn1" || c.name == "decode_B128_H64_N640_nn1" ||
         c.name == "decode_B128_H128_N2176_nn2") {
-      for (int variant_split : {384, 768}) {  // around the default (1152): the latency-first choice and one between
+      for (int variant_split : {64, 384, 768}) {  // the latency-first choices (64: B=1 only) and one between
+        if (variant_split == 64 && c.name != "decode_B1_H64_N640_nn1") continue;
         variants.push_back(c);
         variants.back().split = variant_split;
         variants.back().name += "_split" + std::to_string(variant_split);
@@ -317,7 +336,7 @@ int main(int argc, char** argv) {
   }
 #endif
   for (const Case& c : cases)
-    if (filter.wants(c.name)) run_case(c, pools, report, rng, flush_l2);
+    if (filter.wants(c.name)) run_case(c, pools, report, rng, l2);
   report.write();
   return 0;
 }
