@@ -62,7 +62,8 @@ TARGETS = [
 def target_rows(records):
     rows = ["| target | measured | met |", "|---|---:|---|"]
     for bench, prefix, kind, bound, label in TARGETS:
-        rec = next((r for r in records if r["bench"] == bench and r["name"].startswith(prefix)), None)
+        rec = next((r for r in records if r["bench"] == bench and r["name"].startswith(prefix)
+                    and "_warmcode" not in r["name"]), None)
         if rec is None:
             continue
         if kind == "time":

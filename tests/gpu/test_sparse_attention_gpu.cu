@@ -186,6 +186,13 @@ void expect_matches_reference(const Problem& p, const SparseAttentionOptions& op
   expect_close(gpu, ref, what.c_str());
 }
 
+// Sets the cluster merge mode (process-wide) for a scope, then restores it.
+struct ClusterMergeScope {
+  cuda::ClusterMerge before;
+  explicit ClusterMergeScope(cuda::ClusterMerge mode) : before(cuda::set_cluster_merge(mode)) {}
+  ~ClusterMergeScope() { cuda::set_cluster_merge(before); }
+};
+
 class SparseAttentionGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -407,6 +414,7 @@ TEST_F(SparseAttentionGpu, RowAloneEqualsRowInBatchOf128) {
 // parts, a batch of 128 → none). The same rows must give the same bytes with the fused inverse RoPE
 // (dims 448..511 in the last part), merged over two chunks or from one chunk, and match the reference.
 TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
+  const ClusterMergeScope off(cuda::ClusterMerge::off);  // split rows merge through the workspace here
   const Pool window(rng, 64, 48), compressed(rng, 64, 48);
   struct Case {
     int heads, compressed_width, small_batch;
@@ -429,13 +437,6 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
     expect_matches_reference(batch.slice(0, 1), chunked(), what + " alone");  // one row (4 parts)
   }
 }
-
-// Sets the cluster merge mode (process-wide) for a scope, then restores it.
-struct ClusterMergeScope {
-  cuda::ClusterMerge before;
-  explicit ClusterMergeScope(cuda::ClusterMerge mode) : before(cuda::set_cluster_merge(mode)) {}
-  ~ClusterMergeScope() { cuda::set_cluster_merge(before); }
-};
 
 // Rows split into 2..16 chunks merged inside a thread-block cluster give exactly the bytes of the merge
 // through the workspace, and match the reference: one row of 5 chunks in 4 output parts, 12 chunks
@@ -468,7 +469,9 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
     {
       const ClusterMergeScope on(cuda::ClusterMerge::forced);
       in_cluster = p.run(Device::CUDA, options);
-      EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << what << ": the launch fell back to the workspace merge";
+      const int chunks = (128 + c.compressed_width + c.split - 1) / c.split;
+      if (cuda::attention_clusters_at_once(chunks) > 0)  // else this device cannot cluster that size
+        EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << what << ": the launch fell back to the workspace merge";
     }
     {
       const ClusterMergeScope on(cuda::ClusterMerge::automatic);
@@ -482,6 +485,47 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
         << what << ": the automatic mode changes the bytes";
     if (c.rows <= 5) expect_close(in_cluster, p.run(Device::CPU, options), what.c_str());
   }
+}
+
+// The automatic mode clusters exactly where clusters_keep_waves says so, and gives the workspace
+// merge's bytes either way: one row at H = 128 in 4 output parts and 10 chunks (80 blocks, 8
+// clusters of 10: one wave plain, two rounds on an H200 where 7 such clusters fit), and 2 rows of
+// 2 chunks in 4 parts (16 blocks, 8 clusters of 2: clustered on any device that runs size 2).
+TEST_F(SparseAttentionGpu, ClusterMergeAutomaticKeepsWaves) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  struct Case {
+    int rows, heads, compressed_width, split;
+  };
+  for (const Case c : {Case{1, 128, 512, 64}, Case{2, 64, 512, 384}}) {
+    const std::string what = "rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.heads) +
+                             " split=" + std::to_string(c.split);
+    Problem p(rng, window, compressed, c.rows, c.heads, 128, c.compressed_width);
+    p.random_slots(rng, 0.05);
+    SparseAttentionOptions options = chunked();
+    options.split_candidates = c.split;
+    options.output_parts = 4;
+    const int chunks = (128 + c.compressed_width + c.split - 1) / c.split;
+    const long long grid = static_cast<long long>(c.rows) * (c.heads / 64) * chunks * 4;
+    const bool expected = cuda::clusters_keep_waves(grid, grid / chunks, cuda::attention_clusters_at_once(chunks), sms);
+    Outputs through_workspace, automatic;
+    {
+      const ClusterMergeScope off(cuda::ClusterMerge::off);
+      through_workspace = p.run(Device::CUDA, options);
+    }
+    {
+      const ClusterMergeScope on(cuda::ClusterMerge::automatic);
+      automatic = p.run(Device::CUDA, options);
+      EXPECT_EQ(cuda::last_launch_merged_in_cluster(), expected) << what << ": the automatic mode's choice";
+    }
+    EXPECT_TRUE(automatic.out == through_workspace.out && automatic.lse == through_workspace.lse)
+        << what << ": the automatic mode changes the bytes";
+  }
+  EXPECT_FALSE(cuda::clusters_keep_waves(80, 8, 7, 132)) << "8 clusters of 10, 7 at once: two rounds for one wave";
+  EXPECT_TRUE(cuda::clusters_keep_waves(256, 128, 66, 132)) << "128 clusters of 2, 66 at once: two rounds, two waves";
+  EXPECT_FALSE(cuda::clusters_keep_waves(160, 16, 7, 132)) << "16 clusters of 10: three rounds for two waves";
+  EXPECT_FALSE(cuda::clusters_keep_waves(8, 4, 0, 132)) << "a size the device cannot schedule";
 }
 
 // Trailing −1 columns (a batch padded to its longest row) add only empty chunks: same bytes, also
@@ -514,6 +558,7 @@ TEST_F(SparseAttentionGpu, MissingSlotPaddingKeepsBytes) {
 }
 
 TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
+  const ClusterMergeScope off(cuda::ClusterMerge::off);  // the workspace merge is what this tests
   const Pool window(rng, 64, 8), compressed(rng, 64, 24);
   Problem p(rng, window, compressed, 20, 64, 128, 1000);
   p.random_slots(rng, 0.05);
@@ -533,6 +578,7 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceIsLeftReusable) {
 // candidates (fewer chunks) and fewer rows move the chunk counters over the previous call's partial
 // sums, which must not leave a row unmerged (unwritten output) or merge it early.
 TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
+  const ClusterMergeScope off(cuda::ClusterMerge::off);  // the workspace merge is what this tests
   const Pool window(rng, 64, 8), compressed(rng, 64, 24);
   const std::size_t bytes = sparse_attention_workspace_bytes(20, 64, 128 + 1024, kTestSplit);
   Tensor workspace = Tensor::empty(DType::U8, {static_cast<std::int64_t>(bytes)}, Device::CUDA);

@@ -41,9 +41,6 @@ constexpr std::uint32_t fast_divide_host(std::uint32_t n, const FastDivisor& f) 
   return fast_divide_with(n, f, static_cast<std::uint32_t>((std::uint64_t{f.multiplier} * n) >> 32));
 }
 
-// The step's buffers (ref::CompressBuffers, first: the kernels read them at the offsets they always
-// had), then what only the kernels need.
-
 #if defined(__CUDACC__)
 // n / d.divisor for n < 2^32 on the device: ~4 instructions instead of a division.
 __device__ __forceinline__ std::uint32_t fast_divide(std::uint32_t n, const FastDivisor& d) {

@@ -81,6 +81,8 @@ enum class ShortWindowPrefill : std::int32_t {
   FiveBlocksPerSMLean = 6,
 };
 
+// The step's buffers (ref::CompressBuffers, first: the kernels read them at the offsets they always
+// had), then what only the kernels need.
 struct KernelParams : ref::CompressBuffers {
   // The step (device copies of StepLayout's arrays).
   const StepRequest* requests = nullptr;   // [num_requests]

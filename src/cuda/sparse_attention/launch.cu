@@ -8,8 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
@@ -27,27 +29,39 @@ void note_cluster_merge_launch(bool merged_in_cluster) {
   last_merged_in_cluster.store(merged_in_cluster, std::memory_order_relaxed);
 }
 
-ClusterMerge cluster_merge() {
-  const int set = cluster_merge_override.load(std::memory_order_relaxed);
-  if (set >= 0) return static_cast<ClusterMerge>(set);
-  static const ClusterMerge from_environment = [] {
+namespace {
+ClusterMerge environment_mode() {
+  static const ClusterMerge mode = [] {
     const char* value = std::getenv("DSV4_ATTENTION_CLUSTER_MERGE");
-    if (value != nullptr && std::strcmp(value, "0") == 0) return ClusterMerge::off;
-    if (value != nullptr && std::strcmp(value, "1") == 0) return ClusterMerge::forced;
+    if (value == nullptr) return ClusterMerge::automatic;
+    if (std::strcmp(value, "0") == 0) return ClusterMerge::off;
+    if (std::strcmp(value, "1") == 0) return ClusterMerge::forced;
+    std::fprintf(stderr, "dsv4: DSV4_ATTENTION_CLUSTER_MERGE=%s is neither 0 nor 1; the automatic mode applies\n", value);
     return ClusterMerge::automatic;
   }();
-  return from_environment;
+  return mode;
+}
+}  // namespace
+
+ClusterMerge cluster_merge() {
+  const int set = cluster_merge_override.load(std::memory_order_relaxed);
+  return set >= 0 ? static_cast<ClusterMerge>(set) : environment_mode();
 }
 
 ClusterMerge set_cluster_merge(ClusterMerge mode) {
-  const ClusterMerge before = cluster_merge();
-  cluster_merge_override.store(static_cast<int>(mode), std::memory_order_relaxed);
-  return before;
+  const int before = cluster_merge_override.exchange(static_cast<int>(mode));
+  return before >= 0 ? static_cast<ClusterMerge>(before) : environment_mode();
 }
+
+int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
 
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
   SparseAttentionParams params = request;
+  // The producer finds a slot's page with the pool's divisor: a wrong one would read out of bounds.
+  for (const auto& [pool, name] : {std::pair{&params.window, "window"}, std::pair{&params.compressed, "compressed"}})
+    if (pool->page_divisor.divisor != static_cast<std::uint32_t>(pool->entries_per_page))
+      throw Error(name, "the pool's page_divisor does not match its entries_per_page (make_fast_divisor)");
   static const int sms = multiprocessor_count();
   const auto blocks_with = [&](int tile) {
     return static_cast<long long>(params.num_rows) * ((params.num_heads + tile - 1) / tile) * params.num_splits;
@@ -82,14 +96,13 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
     else if (4 * blocks <= sms) params.dim_split = 4;
     else if (2 * blocks <= sms) params.dim_split = 2;
   }
-  // The cluster merge: a cluster holds one (row, tile, part)'s chunks as consecutive blocks, so the
-  // chunk-major grid order is off there.
+  // The cluster merge (params.hpp: ClusterMerge); launch_wgmma decides per launch and takes row-major
+  // grid order when it clusters.
   note_cluster_merge_launch(false);  // launch_wgmma records a cluster launch
   const ClusterMerge mode = cluster_merge();
   params.cluster_merge = 0;
   if (tile == 64 && params.num_splits >= 2 && params.num_splits <= 16 && mode != ClusterMerge::off)
     params.cluster_merge = mode == ClusterMerge::forced ? 2 : 1;
-  if (params.cluster_merge) params.order_group = 1;
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;

@@ -35,13 +35,16 @@ void reserve_shared_memory(Kernel kernel, int smem_bytes) {
 
 // How many clusters of `size` blocks of `kernel` (dynamic shared memory `smem_bytes`) the device runs
 // at once, 0 if it cannot schedule that size (sizes above 8 are non-portable: allowed for the kernel
-// here). `known` is the kernel's own answers so far, indexed by size (−1: not asked yet), so each size
-// is asked once.
+// here). `known` holds the answers so far, indexed by size (−1: not asked yet); a failed query is
+// not kept (asked again next time) and clears only its own error.
 template <class Kernel>
 int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::atomic<int> (&known)[17]) {
   const int answered = known[size].load();
   if (answered >= 0) return answered;
-  if (size > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (size > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(size));
   config.blockDim = dim3(static_cast<unsigned>(threads));
@@ -53,10 +56,23 @@ int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::a
   config.attrs = &attribute;
   config.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) clusters = 0;
-  cudaGetLastError();  // a refusal is an answer, not an error
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();  // a refusal is an answer for this launch, not an error
+    return 0;
+  }
   known[size].store(clusters);
   return clusters;
+}
+
+// The cluster kernel's answer for `size` (attention_clusters_at_once): the dim-split-1 instantiation
+// stands for all three (same threads and shared memory).
+inline int wgmma_clusters_at_once(int size) {
+  if (size < 2 || size > 16) return 0;
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, 1, true>;
+  static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
+  (void)reserved;
+  static std::atomic<int> known[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+  return active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
 }
 
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
@@ -79,19 +95,19 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
                               std::to_string(WgmmaPlan::kLaunchRegisters));
   if constexpr (kClusterMerge) {
     const int size = params.num_splits;
-    static std::atomic<int> known[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     static const int sms = multiprocessor_count();
-    const int at_once = active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
-    // One block per SM: a grid that fits in one wave must not become two through the clusters' GPC
-    // constraint (automatic mode; forced takes any schedulable size).
-    const long long clusters = blocks * kDimSplit / size;
-    const bool more_waves = blocks * kDimSplit <= sms && clusters > at_once;
-    if (at_once == 0 || (more_waves && params.cluster_merge != 2)) {
+    const int at_once = wgmma_clusters_at_once(size);
+    const bool take = at_once > 0 && (params.cluster_merge == 2 ||
+                                      clusters_keep_waves(blocks * kDimSplit, blocks * kDimSplit / size, at_once, sms));
+    if (!take) {
       SparseAttentionParams through_workspace = params;  // the same bytes through global partials
       through_workspace.cluster_merge = 0;
       launch_wgmma<kDimSplit, false>(through_workspace, blocks, stream);
       return;
     }
+    // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
+    SparseAttentionParams clustered = params;
+    clustered.order_group = 1;
     if (blocks * kDimSplit > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(static_cast<unsigned>(blocks * kDimSplit));
@@ -104,7 +120,7 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention cluster launch failed");
+    check_cuda(cudaLaunchKernelEx(&config, kernel, clustered), "sparse attention cluster launch failed");
     note_cluster_merge_launch(true);
   } else {
     launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);

@@ -84,14 +84,25 @@ void launch_sparse_attention(const SparseAttentionParams& params, void* stream);
 // The cluster merge: a row of 2..16 chunks on the 64-head tile is launched as thread-block clusters
 // whose blocks merge their chunks through distributed shared memory, instead of float32 partials
 // through the workspace and an arrival counter; the same arithmetic in the same order, so the same
-// bytes. `automatic` (the default) takes it unless the grid fits on the SMs in one wave and its
-// clusters do not (clusters need their SMs in one GPC: B = 1, H = 128 at 10 chunks lost 30 % that
-// way); `forced` takes it whenever the device can schedule the cluster size (tests); `off` never.
+// bytes. `automatic` (the default) takes it where clusters_keep_waves holds; `forced` takes it
+// whenever the device can schedule the cluster size (tests); `off` never.
 // DSV4_ATTENTION_CLUSTER_MERGE=0 / 1 (read once) selects off / forced; set_cluster_merge overrides
 // both and returns the mode before the call.
 enum class ClusterMerge { off, automatic, forced };
 ClusterMerge set_cluster_merge(ClusterMerge mode);
 ClusterMerge cluster_merge();
+// How many clusters of `size` (2..16) chunk blocks of the 64-head tile this device runs at once
+// (cudaOccupancyMaxActiveClusters; every dim-split instantiation has the same launch shape); 0 when
+// it cannot schedule that size.
+int attention_clusters_at_once(int size);
+// The automatic mode's rule: a grid of `grid_blocks` thread blocks (one per SM) launched as `clusters`
+// clusters, at most `at_once` resident, must not take more rounds than the plain grid takes waves —
+// a cluster's SMs sit in one GPC, so large clusters can leave SMs idle (B = 1, H = 128 at 10 chunks:
+// 8 clusters of 10 ran in two rounds, 23.5 → 30.7 µs).
+inline bool clusters_keep_waves(long long grid_blocks, long long clusters, int at_once, int sms) {
+  if (at_once <= 0 || sms <= 0) return false;
+  return (clusters + at_once - 1) / at_once <= (grid_blocks + sms - 1) / sms;
+}
 // Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
 // was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
 // kept a one-wave grid plain: the same bytes through the workspace). For tests: a fallback must not pass for the cluster path.
