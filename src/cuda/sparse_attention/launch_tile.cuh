@@ -105,6 +105,10 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
       launch_wgmma<kDimSplit, false>(through_workspace, blocks, stream);
       return;
     }
+    // Sizes above 8 need the attribute on the kernel that launches (each dim-split instantiation).
+    static const bool non_portable = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+                                     cudaSuccess;
+    if (size > 8 && !non_portable) throw Error("device", "cannot allow non-portable cluster sizes for sparse attention");
     // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
     SparseAttentionParams clustered = params;
     clustered.order_group = 1;
