@@ -33,6 +33,23 @@ void reserve_shared_memory(Kernel kernel, int smem_bytes) {
              "cannot reserve shared memory for sparse attention");
 }
 
+// A launch of `grid` blocks in clusters of `size`; the cluster attribute lives in `attribute`.
+inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_bytes, int size, cudaStream_t stream,
+                                         cudaLaunchAttribute& attribute) {
+  attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 // How many clusters of `size` blocks of `kernel` (dynamic shared memory `smem_bytes`) the device runs
 // at once, 0 if it cannot schedule that size (sizes above 8 are non-portable: allowed for the kernel
 // here). `known` holds the answers so far, indexed by size (−1: not asked yet); a failed query is
@@ -45,16 +62,8 @@ int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::a
     cudaGetLastError();
     return 0;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(size));
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(size), threads, smem_bytes, size, nullptr, attribute);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();  // a refusal is an answer for this launch, not an error
@@ -113,17 +122,9 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     SparseAttentionParams clustered = params;
     clustered.order_group = 1;
     if (blocks * kDimSplit > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(blocks * kDimSplit));
-    config.blockDim = dim3(WgmmaPlan::kThreads);
-    config.dynamicSmemBytes = WgmmaPlan::kSmemBytes;
-    config.stream = stream;
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(size);
-    attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    cudaLaunchAttribute attribute;
+    const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(blocks * kDimSplit), WgmmaPlan::kThreads,
+                                                     WgmmaPlan::kSmemBytes, size, stream, attribute);
     check_cuda(cudaLaunchKernelEx(&config, kernel, clustered), "sparse attention cluster launch failed");
     note_cluster_merge_launch(true);
   } else {
