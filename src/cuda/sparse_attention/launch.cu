@@ -8,14 +8,15 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "cuda/common/runtime.hpp"
 #include "cuda/sparse_attention/launch_tile.cuh"
 #include "cuda/sparse_attention/params.hpp"
+#include "dsv4/error.hpp"
 
 namespace dsv4::cuda {
 
@@ -36,8 +37,8 @@ ClusterMerge environment_mode() {
     if (value == nullptr) return ClusterMerge::automatic;
     if (std::strcmp(value, "0") == 0) return ClusterMerge::off;
     if (std::strcmp(value, "1") == 0) return ClusterMerge::forced;
-    std::fprintf(stderr, "dsv4: DSV4_ATTENTION_CLUSTER_MERGE=%s is neither 0 nor 1; the automatic mode applies\n", value);
-    return ClusterMerge::automatic;
+    throw Error("DSV4_ATTENTION_CLUSTER_MERGE", std::string("must be 0 (off) or 1 (forced), or unset (automatic); got '") +
+                                                    value + "'");
   }();
   return mode;
 }

@@ -86,8 +86,8 @@ void launch_sparse_attention(const SparseAttentionParams& params, void* stream);
 // through the workspace and an arrival counter; the same arithmetic in the same order, so the same
 // bytes. `automatic` (the default) takes it where clusters_keep_waves holds; `forced` takes it
 // whenever the device can schedule the cluster size (tests); `off` never.
-// DSV4_ATTENTION_CLUSTER_MERGE=0 / 1 (read once) selects off / forced; set_cluster_merge overrides
-// both and returns the mode before the call.
+// DSV4_ATTENTION_CLUSTER_MERGE=0 / 1 (read once) selects off / forced (another value throws Error
+// naming the variable); set_cluster_merge overrides it and returns the mode before the call.
 enum class ClusterMerge { off, automatic, forced };
 ClusterMerge set_cluster_merge(ClusterMerge mode);
 ClusterMerge cluster_merge();
