@@ -34,9 +34,10 @@ struct AttentionPoolView {
 };
 
 // Default chunk size of the CUDA backend: rows of up to 1152 candidates (128 window + 1024) run as one
-// chunk, so large batches and prefill write and merge no partial outputs (H200, H = 64, 640
-// candidates: B = 128 in 57 us against 91 us with chunks of 384); the price is latency at B = 1
-// (37 us against 32 us with 384), where 384 is the better fixed choice (docs/notes-sparse-attention.md §12).
+// chunk, so large batches and prefill split no row (H200, H = 64, 640 candidates: B = 128 in 49 us
+// against 70 us with chunks of 384); the price is latency at B = 1: 35 us, against 27 us with 384 and
+// 18 us with 64, where a row's chunks merge inside a thread-block cluster (docs/PERFORMANCE.md;
+// notes-sparse-attention.md §12, §16). A latency-first deployment fixes a small split instead.
 inline constexpr int kDefaultSplitCandidates = 1152;
 // Largest split_candidates: a row of 128 window + 2048 compressed candidates fits one chunk, so it has
 // no partial outputs to write and merge (at large batches and in prefill those cost as much memory
