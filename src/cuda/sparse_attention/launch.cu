@@ -23,14 +23,7 @@ namespace dsv4::cuda {
 namespace {
 std::atomic<int> cluster_merge_override{-1};  // −1: from the environment, else a ClusterMerge
 std::atomic<bool> last_merged_in_cluster{false};
-}  // namespace
 
-bool last_launch_merged_in_cluster() { return last_merged_in_cluster.load(std::memory_order_relaxed); }
-void note_cluster_merge_launch(bool merged_in_cluster) {
-  last_merged_in_cluster.store(merged_in_cluster, std::memory_order_relaxed);
-}
-
-namespace {
 ClusterMerge environment_mode() {
   static const ClusterMerge mode = [] {
     const char* value = std::getenv("DSV4_ATTENTION_CLUSTER_MERGE");
@@ -43,6 +36,11 @@ ClusterMerge environment_mode() {
   return mode;
 }
 }  // namespace
+
+bool last_launch_merged_in_cluster() { return last_merged_in_cluster.load(std::memory_order_relaxed); }
+void note_cluster_merge_launch(bool merged_in_cluster) {
+  last_merged_in_cluster.store(merged_in_cluster, std::memory_order_relaxed);
+}
 
 ClusterMerge cluster_merge() {
   const int set = cluster_merge_override.load(std::memory_order_relaxed);

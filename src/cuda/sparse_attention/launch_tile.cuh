@@ -50,18 +50,25 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_by
   return config;
 }
 
-// How many clusters of `size` blocks of `kernel` (dynamic shared memory `smem_bytes`) the device runs
-// at once, 0 if it cannot schedule that size (sizes above 8 are non-portable: allowed for the kernel
-// here). `known` holds the answers so far, indexed by size (−1: not asked yet); a failed query is
-// not kept (asked again next time) and clears only its own error.
+// A cluster kernel's one-time setup: its dynamic shared memory, and cluster sizes above 8
+// (non-portable) allowed. Returns whether the latter took; every kernel that is queried for or
+// launched in clusters goes through it once.
+template <class Kernel>
+bool prepare_cluster_kernel(Kernel kernel, int smem_bytes) {
+  reserve_shared_memory(kernel, smem_bytes);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) return true;
+  cudaGetLastError();  // a refusal limits the sizes; it is not an error of the caller's
+  return false;
+}
+
+// How many clusters of `size` blocks of `kernel` (dynamic shared memory `smem_bytes`, prepared by
+// prepare_cluster_kernel) the device runs at once, 0 if it cannot schedule that size. `known` holds
+// the answers so far, indexed by size (−1: not asked yet); a failed query is not kept (asked again
+// next time) and clears only its own error.
 template <class Kernel>
 int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::atomic<int> (&known)[17]) {
   const int answered = known[size].load();
   if (answered >= 0) return answered;
-  if (size > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
   cudaLaunchAttribute attribute;
   const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(size), threads, smem_bytes, size, nullptr, attribute);
   int clusters = 0;
@@ -78,8 +85,8 @@ int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::a
 inline int wgmma_clusters_at_once(int size) {
   if (size < 2 || size > 16) return 0;
   const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, 1, true>;
-  static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
-  (void)reserved;
+  static const bool non_portable = prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes);
+  if (size > 8 && !non_portable) return 0;
   static std::atomic<int> known[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   return active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
 }
@@ -89,8 +96,10 @@ inline int wgmma_clusters_at_once(int size) {
 template <int kDimSplit, bool kClusterMerge>
 void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
   const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge>;
-  static const bool reserved = (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), true);
-  (void)reserved;
+  // Cluster instantiations also allow sizes above 8 (each instantiation needs the attribute itself).
+  static const bool non_portable = kClusterMerge ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
+                                                 : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
+  (void)non_portable;
   // setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
   // plan assumes, the consumers' increase would wait forever. Refuse instead of hanging.
   static const int launch_registers = [&] {
@@ -114,9 +123,6 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
       launch_wgmma<kDimSplit, false>(through_workspace, blocks, stream);
       return;
     }
-    // Sizes above 8 need the attribute on the kernel that launches (each dim-split instantiation).
-    static const bool non_portable = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-                                     cudaSuccess;
     if (size > 8 && !non_portable) throw Error("device", "cannot allow non-portable cluster sizes for sparse attention");
     // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
     SparseAttentionParams clustered = params;

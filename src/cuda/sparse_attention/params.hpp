@@ -105,7 +105,8 @@ inline bool clusters_keep_waves(long long grid_blocks, long long clusters, int a
 }
 // Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
 // was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
-// kept a one-wave grid plain: the same bytes through the workspace). For tests: a fallback must not pass for the cluster path.
+// kept the grid plain by clusters_keep_waves: the same bytes through the workspace). For tests: a
+// fallback must not pass for the cluster path.
 bool last_launch_merged_in_cluster();
 void note_cluster_merge_launch(bool merged_in_cluster);  // the launcher's record of it
 
