@@ -110,6 +110,8 @@ class CaseFilter {
     return parts_.empty() || std::any_of(parts_.begin(), parts_.end(),
                                          [&](const std::string& part) { return name.find(part) != std::string::npos; });
   }
+  // The filters as given, in order (a caller that takes them as exact names).
+  const std::vector<std::string>& parts() const { return parts_; }
 
  private:
   std::vector<std::string> parts_;

@@ -241,20 +241,6 @@ nlohmann::json run_timeline(const Case& c, const Pools& pools, std::mt19937_64& 
       c.name, words, clock_khz / 1e6,
       {{"graph_median_recording_off", off_us}, {"graph_median_recording_on", on_us}, {"recorded_call", recorded_us}});
 }
-
-// Exact case names from comma-separated lists.
-std::vector<std::string> case_names(const std::vector<char*>& args) {
-  std::vector<std::string> names;
-  for (const char* arg : args) {
-    const std::string list = arg;
-    for (std::size_t begin = 0; begin <= list.size();) {
-      const std::size_t end = std::min(list.find(',', begin), list.size());
-      if (end > begin) names.push_back(list.substr(begin, end - begin));
-      begin = end + 1;
-    }
-  }
-  return names;
-}
 #endif
 
 }  // namespace
@@ -325,7 +311,7 @@ int main(int argc, char** argv) {
   }
 #ifdef DSV4_ATTENTION_TIMELINE
   if (timeline) {
-    const std::vector<std::string> names = case_names({name_parts.begin() + 2, name_parts.end()});
+    const std::vector<std::string>& names = filter.parts();  // exact case names here
     nlohmann::json runs = nlohmann::json::array();
     for (const Case& c : cases)
       if (std::find(names.begin(), names.end(), c.name) != names.end())
