@@ -168,6 +168,12 @@ void expect_close(const Outputs& gpu, const Outputs& ref, const char* what) {
   }
 }
 
+// Two runs of the same problem give the same output and lse bytes; `what` says what differs between them.
+void expect_same_bytes(const Outputs& a, const Outputs& b, const std::string& what) {
+  EXPECT_TRUE(a.out == b.out) << what << " changes the output bytes";
+  EXPECT_TRUE(a.lse == b.lse) << what << " changes the lse";
+}
+
 // Rows [first, first + count) of `batch` run alone give exactly their bytes of `all` (the batch's outputs).
 void expect_rows_keep_bytes(const Problem& batch, const Outputs& all, int first, int count,
                             const SparseAttentionOptions& options, const std::string& what) {
@@ -429,8 +435,7 @@ TEST_F(SparseAttentionGpu, DimSplitKeepsBytesWithRopeAndMerge) {
       SparseAttentionOptions forced = chunked();
       forced.output_parts = parts;
       const Outputs split = batch.run(Device::CUDA, forced);
-      EXPECT_TRUE(split.out == all.out) << what << ": " << parts << " output parts change the output bytes";
-      EXPECT_TRUE(split.lse == all.lse) << what << ": " << parts << " output parts change the lse";
+      expect_same_bytes(split, all, what + ": " + std::to_string(parts) + " output parts");
     }
     for (const auto& [first, count] : {std::pair{0, 1}, std::pair{77, 1}, std::pair{127, 1}, std::pair{3, c.small_batch}})
       expect_rows_keep_bytes(batch, all, first, count, chunked(), what);
@@ -480,10 +485,8 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
       if (c.rows == 128 || (c.rows == 1 && c.split == 128))
         EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << what << ": automatic mode kept the workspace merge";
     }
-    EXPECT_TRUE(in_cluster.out == through_workspace.out) << what << ": the cluster merge changes the output bytes";
-    EXPECT_TRUE(in_cluster.lse == through_workspace.lse) << what << ": the cluster merge changes the lse";
-    EXPECT_TRUE(automatic.out == through_workspace.out && automatic.lse == through_workspace.lse)
-        << what << ": the automatic mode changes the bytes";
+    expect_same_bytes(in_cluster, through_workspace, what + ": the cluster merge");
+    expect_same_bytes(automatic, through_workspace, what + ": the automatic mode");
     if (c.rows <= 5) expect_close(in_cluster, p.run(Device::CPU, options), what.c_str());
   }
 }
@@ -520,8 +523,7 @@ TEST_F(SparseAttentionGpu, ClusterMergeAutomaticKeepsWaves) {
       automatic = p.run(Device::CUDA, options);
       EXPECT_EQ(cuda::last_launch_merged_in_cluster(), expected) << what << ": the automatic mode's choice";
     }
-    EXPECT_TRUE(automatic.out == through_workspace.out && automatic.lse == through_workspace.lse)
-        << what << ": the automatic mode changes the bytes";
+    expect_same_bytes(automatic, through_workspace, what + ": the automatic mode");
   }
   EXPECT_FALSE(cuda::clusters_keep_waves(80, 8, 7, 132)) << "8 clusters of 10, 7 at once: two rounds for one wave";
   EXPECT_TRUE(cuda::clusters_keep_waves(256, 128, 66, 132)) << "128 clusters of 2, 66 at once: two rounds, two waves";
@@ -595,8 +597,7 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
     const std::string what = std::to_string(shape.rows) + " rows, K=" + std::to_string(shape.compressed_width);
     const Outputs with_shared = p.run(Device::CUDA, shared);  // outputs are poisoned inside run()
     const Outputs with_own = p.run(Device::CUDA);
-    EXPECT_TRUE(with_shared.out == with_own.out) << what << ": output bytes differ from an own workspace";
-    EXPECT_TRUE(with_shared.lse == with_own.lse) << what << ": lse differs from an own workspace";
+    expect_same_bytes(with_shared, with_own, what + ": the caller's workspace (against an own one)");
     expect_close(with_shared, p.run(Device::CPU), what.c_str());
   }
 }
