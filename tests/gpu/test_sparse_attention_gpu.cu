@@ -491,10 +491,61 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
   }
 }
 
-// The automatic mode clusters exactly where clusters_keep_waves says so, and gives the workspace
-// merge's bytes either way: one row at H = 128 in 4 output parts and 10 chunks (80 blocks, 8
-// clusters of 10: one wave plain, two rounds on an H200 where 7 such clusters fit), and 2 rows of
-// 2 chunks in 4 parts (16 blocks, 8 clusters of 2: clustered on any device that runs size 2).
+// Turns the asymmetric consumers (the process-wide A/B switch) on or off for a scope.
+struct AsymmetricScope {
+  bool before;
+  explicit AsymmetricScope(bool on) : before(cuda::set_asymmetric_consumers(on)) {}
+  ~AsymmetricScope() { cuda::set_asymmetric_consumers(before); }
+};
+
+// The asymmetric consumers (one warpgroup computes S and P of all 64 candidates and hands P over)
+// give exactly the symmetric kernel's bytes: one chunk and split rows (workspace and cluster merge),
+// 1, 2 and 4 output parts (forced, also with clusters), padded heads, RoPE, missing slots, rows whose
+// every slot is missing (no live block) and rows of a single block. The launch must report the
+// asymmetric kernel (a lost switch would compare the symmetric kernel with itself).
+TEST_F(SparseAttentionGpu, AsymmetricConsumersKeepBytes) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  struct Case {
+    int rows, heads, window_width, compressed_width, split, parts;
+    double missing;
+    cuda::ClusterMerge merge;
+  };
+  for (const Case c : {Case{128, 64, 128, 512, 1152, 0, 0.05, cuda::ClusterMerge::automatic},
+                       Case{1, 64, 128, 512, 1152, 0, 0.05, cuda::ClusterMerge::automatic},
+                       Case{12, 128, 128, 1024, 384, 0, 0.05, cuda::ClusterMerge::off},
+                       Case{12, 128, 128, 1024, 384, 2, 0.05, cuda::ClusterMerge::forced},
+                       Case{6, 64, 128, 512, 256, 4, 0.05, cuda::ClusterMerge::forced},
+                       Case{20, 64, 128, 512, 1152, 2, 0.05, cuda::ClusterMerge::automatic},
+                       Case{5, 96, 128, 2048, 768, 0, 0.6, cuda::ClusterMerge::automatic},
+                       Case{9, 64, 128, 256, 1152, 0, 1.0, cuda::ClusterMerge::automatic},
+                       Case{9, 64, 64, 0, 1152, 0, 0.3, cuda::ClusterMerge::automatic}}) {
+    const std::string what = "rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.heads) +
+                             " W=" + std::to_string(c.window_width) + " K=" + std::to_string(c.compressed_width) +
+                             " split=" + std::to_string(c.split) + " parts=" + std::to_string(c.parts) +
+                             " missing=" + std::to_string(c.missing);
+    Problem p(rng, window, compressed, c.rows, c.heads, c.window_width, c.compressed_width);
+    p.random_slots(rng, c.missing);
+    p.random_rope(rng);
+    SparseAttentionOptions options = chunked();
+    options.split_candidates = c.split;
+    options.output_parts = c.parts;
+    const ClusterMergeScope merge(c.merge);
+    Outputs symmetric, asymmetric;
+    {
+      const AsymmetricScope off(false);
+      symmetric = p.run(Device::CUDA, options);
+      EXPECT_FALSE(cuda::last_launch_asymmetric()) << what << ": asymmetric with the switch off";
+    }
+    {
+      const AsymmetricScope on(true);
+      asymmetric = p.run(Device::CUDA, options);
+      EXPECT_TRUE(cuda::last_launch_asymmetric()) << what << ": the switch did not reach the launch";
+    }
+    expect_same_bytes(asymmetric, symmetric, what + ": the asymmetric consumers");
+    if (c.rows <= 9) expect_close(asymmetric, p.run(Device::CPU, options), what.c_str());
+  }
+}
+
 TEST_F(SparseAttentionGpu, ClusterMergeAutomaticKeepsWaves) {
   const Pool window(rng, 64, 48), compressed(rng, 64, 48);
   int sms = 0;
@@ -720,6 +771,17 @@ TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
   const ClusterMergeScope on(cuda::ClusterMerge::forced);
   expect_matches_reference(p, options, "sanitize cluster merge");
   EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << "the launch fell back to the workspace merge";
+}
+
+TEST_F(SparseAttentionGpu, SanitizeAsymmetricConsumers) {
+  const Pool window(rng, 64, 4), compressed(rng, 64, 8);
+  Problem p(rng, window, compressed, 2, 64, 128, 256);
+  p.random_slots(rng, 0.1);
+  p.random_rope(rng);
+  SparseAttentionOptions options = chunked();
+  options.split_candidates = 128;  // three chunks of two blocks
+  const AsymmetricScope on(true);
+  expect_matches_reference(p, options, "sanitize asymmetric consumers");
 }
 
 TEST_F(SparseAttentionGpu, SanitizeLargeChunks) {

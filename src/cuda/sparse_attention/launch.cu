@@ -54,6 +54,32 @@ ClusterMerge set_cluster_merge(ClusterMerge mode) {
 
 int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
 
+namespace {
+std::atomic<int> asymmetric_override{-1};  // −1: from the environment
+std::atomic<bool> last_asymmetric{false};
+}  // namespace
+
+bool last_launch_asymmetric() { return last_asymmetric.load(std::memory_order_relaxed); }
+void note_asymmetric_launch(bool asymmetric) { last_asymmetric.store(asymmetric, std::memory_order_relaxed); }
+
+bool asymmetric_consumers() {
+  const int set = asymmetric_override.load(std::memory_order_relaxed);
+  if (set >= 0) return set != 0;
+  static const bool from_environment = [] {
+    const char* value = std::getenv("DSV4_ATTENTION_ASYMMETRIC");
+    if (value == nullptr || std::strcmp(value, "0") == 0) return false;
+    if (std::strcmp(value, "1") == 0) return true;
+    throw Error("DSV4_ATTENTION_ASYMMETRIC", std::string("must be 0 or 1; got '") + value + "'");
+  }();
+  return from_environment;
+}
+
+bool set_asymmetric_consumers(bool on) {
+  const bool before = asymmetric_consumers();
+  asymmetric_override.store(on ? 1 : 0, std::memory_order_relaxed);
+  return before;
+}
+
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
   SparseAttentionParams params = request;
@@ -102,6 +128,8 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   params.cluster_merge = 0;
   if (tile == 64 && params.num_splits >= 2 && params.num_splits <= 16 && mode != ClusterMerge::off)
     params.cluster_merge = mode == ClusterMerge::forced ? 2 : 1;
+  params.asymmetric = tile == 64 && asymmetric_consumers() ? 1 : 0;
+  note_asymmetric_launch(false);  // launch_wgmma records an asymmetric launch
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;

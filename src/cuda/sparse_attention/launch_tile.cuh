@@ -93,9 +93,9 @@ inline int wgmma_clusters_at_once(int size) {
 
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
 // output-dim parts; with kClusterMerge the chunks of each (row, tile, part) form one cluster.
-template <int kDimSplit, bool kClusterMerge>
+template <int kDimSplit, bool kClusterMerge, bool kAsymmetric>
 void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge>;
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge, kAsymmetric>;
   // Cluster instantiations also allow sizes above 8 (each instantiation needs the attribute itself).
   static const bool non_portable = kClusterMerge ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
                                                  : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
@@ -120,7 +120,7 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     if (!take) {
       SparseAttentionParams through_workspace = params;  // the same bytes through global partials
       through_workspace.cluster_merge = 0;
-      launch_wgmma<kDimSplit, false>(through_workspace, blocks, stream);
+      launch_wgmma<kDimSplit, false, kAsymmetric>(through_workspace, blocks, stream);
       return;
     }
     if (size > 8 && !non_portable) throw Error("device", "cannot allow non-portable cluster sizes for sparse attention");
@@ -136,6 +136,7 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
   } else {
     launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
   }
+  if constexpr (kAsymmetric) note_asymmetric_launch(true);
 }
 
 template <int kHeadTile>
@@ -143,15 +144,20 @@ void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
   const long long head_tiles = (params.num_heads + kHeadTile - 1) / kHeadTile;
   const long long blocks = static_cast<long long>(params.num_rows) * head_tiles * params.num_splits;
   if constexpr (kHeadTile == WgmmaPlan::kHeads) {
-    const auto launch = [&]<bool kCluster>() {
+    const auto launch = [&]<bool kCluster, bool kAsymmetric>() {
       switch (params.dim_split) {
-        case 4: launch_wgmma<4, kCluster>(params, blocks, stream); break;
-        case 2: launch_wgmma<2, kCluster>(params, blocks, stream); break;
-        default: launch_wgmma<1, kCluster>(params, blocks, stream); break;
+        case 4: launch_wgmma<4, kCluster, kAsymmetric>(params, blocks, stream); break;
+        case 2: launch_wgmma<2, kCluster, kAsymmetric>(params, blocks, stream); break;
+        default: launch_wgmma<1, kCluster, kAsymmetric>(params, blocks, stream); break;
       }
     };
-    if (params.cluster_merge) launch.template operator()<true>();
-    else launch.template operator()<false>();
+    if (params.asymmetric) {
+      if (params.cluster_merge) launch.template operator()<true, true>();
+      else launch.template operator()<false, true>();
+    } else {
+      if (params.cluster_merge) launch.template operator()<true, false>();
+      else launch.template operator()<false, false>();
+    }
   } else {  // 16 and 32 on mma.sync (kernel.cuh)
     using T = Traits<kHeadTile>;
     static const bool reserved = (reserve_shared_memory(sparse_attention_kernel<kHeadTile>, T::kSmemBytes), true);

@@ -54,6 +54,9 @@ struct SparseAttentionParams {
   // inside a thread-block cluster (set_cluster_merge), the workspace then unused; 2 = as 1, forced
   // (ClusterMerge::forced: also where the clusters need more waves than the plain grid).
   std::int32_t cluster_merge = 0;
+  // Set by launch_sparse_attention (changes no bit): 1 = the 64-head tile's asymmetric consumers
+  // (wgmma_kernel.cuh, kAsymmetric; switch DSV4_ATTENTION_ASYMMETRIC=1 or set_asymmetric_consumers).
+  std::int32_t asymmetric = 0;
 };
 
 // Largest split_candidates the kernels' shared slot table holds (the public limit).
@@ -103,6 +106,16 @@ inline bool clusters_keep_waves(long long grid_blocks, long long clusters, int a
   if (at_once <= 0 || sms <= 0) return false;
   return (clusters + at_once - 1) / at_once <= (grid_blocks + sms - 1) / sms;
 }
+// The A/B switch of the asymmetric consumers (wgmma_kernel.cuh: the scorer computes S of all 64
+// candidates and hands P to the follower; the same bytes): off unless DSV4_ATTENTION_ASYMMETRIC=1
+// (read once; another value than 0 or 1 throws Error naming it) or turned on here (tests, benches).
+// Returns the setting before the call.
+bool set_asymmetric_consumers(bool on);
+bool asymmetric_consumers();
+// Whether the last launch_sparse_attention of this process ran the asymmetric kernel (tests: the
+// switch must reach the launch).
+bool last_launch_asymmetric();
+void note_asymmetric_launch(bool asymmetric);  // the launcher's record of it
 // Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
 // was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
 // kept the grid plain by clusters_keep_waves: the same bytes through the workspace). For tests: a

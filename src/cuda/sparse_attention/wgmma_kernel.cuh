@@ -56,6 +56,8 @@ struct WgmmaPlan {
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
   static constexpr int kFullBarrier = 2;      // + stage: tile written (producer arrives, consumers wait)
   static constexpr int kEmptyBarrier = 4;     // + stage: tile read (consumers arrive, producer waits)
+  static constexpr int kProbReadyBarrier = 6; // kAsymmetric: the block's P and rescale written (scorer → follower)
+  static constexpr int kProbFreeBarrier = 7;  // kAsymmetric: the follower has read them (follower → scorer)
 
   static constexpr int kSliceBytes = 64 * 128;                       // 64 rows × one 64-dim swizzle row
   static constexpr int kTileBytes = (kDim / 64) * kSliceBytes;       // [8 slices][64 rows][128 B]
@@ -153,6 +155,8 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
 
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
 // that used it before (it − 2).
+// kFullThreads: the threads of the full barrier (the producer and the consumers that wait on it).
+template <int kFullThreads>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k) {
   using W = WgmmaPlan;
@@ -177,7 +181,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
     }
     ptx::fence_proxy_async_shared();
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
-    ptx::barrier_arrive(W::kFullBarrier + stage, W::kThreads);
+    ptx::barrier_arrive(W::kFullBarrier + stage, kFullThreads);
     // The L2 prefetch of block it + 2 after the tile is handed over, off the path from this block's
     // loads to its tile (measured: −1 µs at B=128, −3 µs at B=1; without it, +1 and +4 µs).
     if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
@@ -316,7 +320,13 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
 // kClusterMerge: launched in clusters of num_splits (2..16) blocks, the chunks of one (row, head tile,
 // part); they merge through distributed shared memory (merge_in_cluster) instead of float32 partials
 // in global memory, with the same arithmetic in the same order: the same bytes.
-template <int kHeadTile, int kDimSplit, bool kClusterMerge = false>
+// kAsymmetric (switch DSV4_ATTENTION_ASYMMETRIC=1): consumer 0, the scorer, computes S of all 64
+// candidates of a block (m64n64k16: K read once, not by both consumers), the row maxima by shuffles
+// alone and P, and hands P and the rescale to consumer 1, the follower, through shared memory (one
+// way: the scorer's S of block it + 1 overlaps the follower's P·V of block it); each still does the P·V
+// of its half of the dims. The scorer keeps the two candidate halves' sums apart, in the symmetric
+// kernel's order, so the bytes are the symmetric kernel's.
+template <int kHeadTile, int kDimSplit, bool kClusterMerge = false, bool kAsymmetric = false>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
@@ -325,6 +335,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
+  constexpr int kFullThreads = kAsymmetric ? W::kProducerThreads + 128 : W::kThreads;
   // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
   static_assert(W::kConsumers * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch <= W::kSlots - W::kQ,
                 "staged rows fit in the Q and K tiles");
@@ -389,7 +400,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
-    produce_tiles(p, work, s_slots, s_live, num_live, s_k);
+    produce_tiles<kFullThreads>(p, work, s_slots, s_live, num_live, s_k);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
     if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
       cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
@@ -405,6 +416,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   float run_max[2] = {-INFINITY, -INFINITY};  // heads frag_row, frag_row + 8 (the same in both consumers)
   float run_sum[2] = {0.0f, 0.0f};            // Σ P over this consumer's candidates only
+  float scorer_sum[2][2] = {};                // kAsymmetric scorer: run_sum of each candidate half [half][row]
   // d[4j+i]: head frag_row + 8·(i/2), dim dim_first + 8j + 2·quad + i%2
   float acc_o[kConsumerDims / 2];
 #pragma unroll
@@ -415,104 +427,213 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   for (int it = 0; it < num_live; ++it) {
     const int stage = it % 2, block = s_live[it];
     const std::uint8_t* tile = s_k + stage * W::kTileBytes;
-    ptx::barrier_sync(W::kFullBarrier + stage, W::kThreads);
+    // kAsymmetric: only the scorer waits for the tile; the follower learns of it from the scorer's
+    // hand-over (barrier 6), so the scorer may start block it + 1 while the follower is still in the
+    // P·V of block it.
+    if (!kAsymmetric || consumer == 0) ptx::barrier_sync(W::kFullBarrier + stage, kFullThreads);
     DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kFullDone)));
 
-    // S = Q·Kᵀ for this consumer's 32 candidates (tile rows 32c .. 32c + 31, four swizzle atoms in).
-    // k-step kk is slice kk / 4, byte offset 32·(kk mod 4) of its rows.
-    float acc_s[16];  // d[4j+i]: head frag_row + 8·(i/2), candidate 32c + 8j + 2·quad + i%2
-#pragma unroll
-    for (int i = 0; i < 16; ++i) acc_s[i] = 0.0f;
-    const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile + consumer * W::kCandidatesPerConsumer * 128);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDim / 16; ++kk) {
-      const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
-      ptx::wgmma_m64n32k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait_all();
-#pragma unroll
-    for (int i = 0; i < 16; ++i) ptx::fence_operand(acc_s[i]);
-    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
-
-    // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
-    const std::uint32_t valid_bits = s_valid[2 * block + consumer];
-    float half_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float& s = acc_s[4 * j + i];
-        s = (valid_bits >> (8 * j + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
-        half_max[i / 2] = fmaxf(half_max[i / 2], s);
-      }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float m = half_max[half];
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = m;
-    }
-    ConsumerSync{}();
-    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
-    float max_safe[2], rescale[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = frag_row + 8 * half;
-      const float block_max = fmaxf(s_row_max[r], s_row_max[kHeadTile + r]);
-      const float new_max = fmaxf(run_max[half], block_max);
-      max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
-      rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
-      run_max[half] = new_max;
-    }
-    // P in bf16 as the A fragments of P·V: this consumer's candidates are k16 steps 2c and 2c + 1;
-    // fragment 4·(j/2) + 2·(j%2) + half of them comes from score n-tile j, head frag_row + 8·half.
-    std::uint32_t own[8], other[8];
-    float block_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const std::uint32_t pr =
-            ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
-                             ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
-        own[4 * (j / 2) + 2 * (j % 2) + half] = pr;
-        // Sum what P·V will use: the bf16-rounded probabilities.
-        block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr << 16));
-        block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr & 0xffff0000u));
-      }
-    }
-    // The other consumer's thread ctid needs exactly these fragments (same heads, same lanes).
-#pragma unroll
-    for (int f = 0; f < 8; ++f) s_prob[(consumer * 8 + f) * 128 + ctid] = own[f];
-    bool any_rescale = false;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = block_sum[half];
-      sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-      sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-      run_sum[half] = __fmaf_rn(run_sum[half], rescale[half], sum);
-      any_rescale |= rescale[half] != 1.0f;
-    }
-    if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
-#pragma unroll
-      for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
-    }
-    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
-    ConsumerSync{}();
-#pragma unroll
-    for (int f = 0; f < 8; ++f) other[f] = s_prob[((1 - consumer) * 8 + f) * 128 + ctid];
-    // The A fragments of the four k16 steps, in candidate order (chosen before the MMAs start, so no
-    // instruction touches their registers while the warpgroup's MMAs are in flight).
+    // The A fragments of P·V's four k16 steps (candidates 16kk .. 16kk + 15), in candidate order.
     std::uint32_t a[16];
+    if constexpr (kAsymmetric) {
+      float rescale[2];
+      if (consumer == 0) {
+        // The scorer: S = Q·Kᵀ for all 64 candidates. d[4j+i]: head frag_row + 8·(i/2), candidate
+        // 8j + 2·quad + i%2.
+        float acc_s[32];
 #pragma unroll
-    for (int f = 0; f < 16; ++f) {
-      a[f] = f / 8 == consumer ? own[f % 8] : other[f % 8];
-      ptx::fence_operand(a[f]);
+        for (int i = 0; i < 32; ++i) acc_s[i] = 0.0f;
+        const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDim / 16; ++kk) {
+          const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
+          ptx::wgmma_m64n64k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
+        }
+        ptx::wgmma_commit();
+        ptx::wgmma_wait_all();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_s[i]);
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
+        // Scores in base 2, masked; the block maximum per head over the quad (whole rows: no exchange).
+        float block_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const std::uint32_t valid_bits = s_valid[2 * block + j / 4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float& s = acc_s[4 * j + i];
+            s = (valid_bits >> (8 * (j % 4) + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+            block_max[i / 2] = fmaxf(block_max[i / 2], s);
+          }
+        }
+        float max_safe[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float m = block_max[half];
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          const float new_max = fmaxf(run_max[half], m);
+          max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
+          rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
+          run_max[half] = new_max;
+        }
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
+        // P in bf16 (fragment 4·(j/2) + 2·(j%2) + half from score n-tile j); each candidate half's sum
+        // in the symmetric kernel's order.
+        float block_sum[2][2] = {};  // [candidate half][row]
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const std::uint32_t pr =
+                ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
+                                 ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
+            a[4 * (j / 2) + 2 * (j % 2) + half] = pr;
+            float& sum = block_sum[j / 4][half];
+            sum = __fadd_rn(sum, __uint_as_float(pr << 16));
+            sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float sum = block_sum[c][half];
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            scorer_sum[c][half] = __fmaf_rn(scorer_sum[c][half], rescale[half], sum);
+          }
+        }
+        // Hand P and the rescale over once the follower has read the previous block's.
+        if (it > 0) ptx::barrier_sync(W::kProbFreeBarrier, W::kConsumerThreads);
+#pragma unroll
+        for (int f = 0; f < 16; ++f) s_prob[f * 128 + ctid] = a[f];
+        if (quad == 0) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) s_row_max[frag_row + 8 * half] = rescale[half];
+        }
+        ptx::barrier_arrive(W::kProbReadyBarrier, W::kConsumerThreads);
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
+      } else {
+        // (The follower's phase stamps: "scores" and "max" = the hand-over received, "rescale" = read.)
+        ptx::barrier_sync(W::kProbReadyBarrier, W::kConsumerThreads);
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
+#pragma unroll
+        for (int f = 0; f < 16; ++f) a[f] = s_prob[f * 128 + ctid];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) rescale[half] = s_row_max[frag_row + 8 * half];
+        if (it + 1 < num_live) ptx::barrier_arrive(W::kProbFreeBarrier, W::kConsumerThreads);
+        DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
+      }
+      bool any_rescale = false;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) any_rescale |= rescale[half] != 1.0f;
+      if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
+#pragma unroll
+        for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+      }
+#pragma unroll
+      for (int f = 0; f < 16; ++f) ptx::fence_operand(a[f]);
+      DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kSoftmaxDone)));
+    } else {
+      // S = Q·Kᵀ for this consumer's 32 candidates (tile rows 32c .. 32c + 31, four swizzle atoms in).
+      // k-step kk is slice kk / 4, byte offset 32·(kk mod 4) of its rows.
+      float acc_s[16];  // d[4j+i]: head frag_row + 8·(i/2), candidate 32c + 8j + 2·quad + i%2
+  #pragma unroll
+      for (int i = 0; i < 16; ++i) acc_s[i] = 0.0f;
+      const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile + consumer * W::kCandidatesPerConsumer * 128);
+      ptx::wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < kDim / 16; ++kk) {
+        const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
+        ptx::wgmma_m64n32k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait_all();
+  #pragma unroll
+      for (int i = 0; i < 16; ++i) ptx::fence_operand(acc_s[i]);
+      DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
+
+      // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
+      const std::uint32_t valid_bits = s_valid[2 * block + consumer];
+      float half_max[2] = {-INFINITY, -INFINITY};
+  #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+  #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float& s = acc_s[4 * j + i];
+          s = (valid_bits >> (8 * j + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
+          half_max[i / 2] = fmaxf(half_max[i / 2], s);
+        }
+      }
+  #pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float m = half_max[half];
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = m;
+      }
+      ConsumerSync{}();
+      DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
+      float max_safe[2], rescale[2];
+  #pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = frag_row + 8 * half;
+        const float block_max = fmaxf(s_row_max[r], s_row_max[kHeadTile + r]);
+        const float new_max = fmaxf(run_max[half], block_max);
+        max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
+        rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
+        run_max[half] = new_max;
+      }
+      // P in bf16 as the A fragments of P·V: this consumer's candidates are k16 steps 2c and 2c + 1;
+      // fragment 4·(j/2) + 2·(j%2) + half of them comes from score n-tile j, head frag_row + 8·half.
+      std::uint32_t own[8], other[8];
+      float block_sum[2] = {0.0f, 0.0f};
+  #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+  #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const std::uint32_t pr =
+              ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
+                               ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
+          own[4 * (j / 2) + 2 * (j % 2) + half] = pr;
+          // Sum what P·V will use: the bf16-rounded probabilities.
+          block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr << 16));
+          block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr & 0xffff0000u));
+        }
+      }
+      // The other consumer's thread ctid needs exactly these fragments (same heads, same lanes).
+  #pragma unroll
+      for (int f = 0; f < 8; ++f) s_prob[(consumer * 8 + f) * 128 + ctid] = own[f];
+      bool any_rescale = false;
+  #pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float sum = block_sum[half];
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        run_sum[half] = __fmaf_rn(run_sum[half], rescale[half], sum);
+        any_rescale |= rescale[half] != 1.0f;
+      }
+      if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
+  #pragma unroll
+        for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+      }
+      DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
+      ConsumerSync{}();
+  #pragma unroll
+      for (int f = 0; f < 8; ++f) other[f] = s_prob[((1 - consumer) * 8 + f) * 128 + ctid];
+      // The A fragments of the four k16 steps, in candidate order (chosen before the MMAs start, so no
+      // instruction touches their registers while the warpgroup's MMAs are in flight).
+  #pragma unroll
+      for (int f = 0; f < 16; ++f) {
+        a[f] = f / 8 == consumer ? own[f % 8] : other[f % 8];
+        ptx::fence_operand(a[f]);
+      }
+      DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kSoftmaxDone)));
+
     }
-    DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kSoftmaxDone)));
 
     // O += P·V: B = this consumer's slices of the K tile, N-major: 64 dims per 128-byte row (the
     // next 64 dims one slice further: leading offset), 8 candidates per atom (stride offset).
@@ -537,15 +658,33 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
 
   DSV4_TIMELINE(timeline::mark(timeline::kEpilogueStart + consumer));
-  // Both consumers' sums, added in a fixed order (the same bits in both).
-#pragma unroll
-  for (int half = 0; half < 2; ++half)
-    if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = run_sum[half];
-  ConsumerSync{}();
+  // Both candidate halves' sums, added in a fixed order (the same bits in both consumers).
   float row_sum[2];
+  if constexpr (kAsymmetric) {
+    // The follower takes the scorer's maxima and sums (after it read the last block's rescale).
+    ConsumerSync{}();
+    if (consumer == 0 && quad == 0) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
-    row_sum[half] = __fadd_rn(s_row_max[frag_row + 8 * half], s_row_max[kHeadTile + frag_row + 8 * half]);
+      for (int half = 0; half < 2; ++half) {
+        s_row_max[frag_row + 8 * half] = run_max[half];
+        s_row_max[kHeadTile + frag_row + 8 * half] = __fadd_rn(scorer_sum[0][half], scorer_sum[1][half]);
+      }
+    }
+    ConsumerSync{}();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      run_max[half] = s_row_max[frag_row + 8 * half];
+      row_sum[half] = s_row_max[kHeadTile + frag_row + 8 * half];
+    }
+  } else {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = run_sum[half];
+    ConsumerSync{}();
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      row_sum[half] = __fadd_rn(s_row_max[frag_row + 8 * half], s_row_max[kHeadTile + frag_row + 8 * half]);
+  }
 
   const std::int64_t out_row = row * p.num_heads;
   const bool has_rope = p.rope_cos != nullptr;
