@@ -773,15 +773,17 @@ TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
   EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << "the launch fell back to the workspace merge";
 }
 
-TEST_F(SparseAttentionGpu, SanitizeAsymmetricConsumers) {
+// The other sanitizer cases run the default (asymmetric) kernel; this one the symmetric kernel.
+TEST_F(SparseAttentionGpu, SanitizeSymmetricConsumers) {
   const Pool window(rng, 64, 4), compressed(rng, 64, 8);
   Problem p(rng, window, compressed, 2, 64, 128, 256);
   p.random_slots(rng, 0.1);
   p.random_rope(rng);
   SparseAttentionOptions options = chunked();
   options.split_candidates = 128;  // three chunks of two blocks
-  const AsymmetricScope on(true);
-  expect_matches_reference(p, options, "sanitize asymmetric consumers");
+  const AsymmetricScope off(false);
+  expect_matches_reference(p, options, "sanitize symmetric consumers");
+  EXPECT_FALSE(cuda::last_launch_asymmetric()) << "the switch did not reach the launch";
 }
 
 TEST_F(SparseAttentionGpu, SanitizeLargeChunks) {

@@ -67,8 +67,8 @@ bool asymmetric_consumers() {
   if (set >= 0) return set != 0;
   static const bool from_environment = [] {
     const char* value = std::getenv("DSV4_ATTENTION_ASYMMETRIC");
-    if (value == nullptr || std::strcmp(value, "0") == 0) return false;
-    if (std::strcmp(value, "1") == 0) return true;
+    if (value == nullptr || std::strcmp(value, "1") == 0) return true;
+    if (std::strcmp(value, "0") == 0) return false;
     throw Error("DSV4_ATTENTION_ASYMMETRIC", std::string("must be 0 or 1; got '") + value + "'");
   }();
   return from_environment;

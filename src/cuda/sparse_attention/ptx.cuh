@@ -28,6 +28,25 @@ __device__ __forceinline__ void cp_async_8(void* smem_dst, const void* gmem_src,
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
+// An mbarrier in shared memory as a hand-over between warpgroups. (Plain loads and stores ordered
+// only by bar.arrive -> bar.sync are reported as races by compute-sanitizer's racecheck; mbarrier
+// arrive -> wait it follows: notes-sparse-attention.md §20.)
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* barrier, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(barrier)), "r"(arrivals) : "memory");
+}
+// Release at CTA scope: this thread's earlier shared-memory accesses are visible to the waiters.
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* barrier) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_address(barrier))
+               : "memory");
+}
+// Acquire: returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* barrier, std::uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nwait:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra wait;\n}\n" ::"r"(smem_address(barrier)),
+               "r"(parity)
+               : "memory");
+}
+
 // Four 8×8 b16 matrices; lanes 8i..8i+7 give the shared-memory addresses of the rows of matrix i,
 // register i receives it.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t smem_row) {

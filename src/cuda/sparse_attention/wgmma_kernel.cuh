@@ -21,6 +21,9 @@
 //   in every part, so the bytes do not depend on kDimSplit.
 //   Each consumer sums the probabilities of its own 32 candidates; the two running sums (rescaled
 //   identically) are added in a fixed order at the end.
+// The default since the sixth session is kAsymmetric (below): consumer 0 alone computes S and P of all
+// 64 candidates and hands P to consumer 1 (mbarriers instead of the named barrier "full" and the two
+// exchanges); the symmetric division above stays as the A/B variant (DSV4_ATTENTION_ASYMMETRIC=0).
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
 // kernel's functions (kernel.cuh), so the batch invariance argument is unchanged; the 64-head tile
 // is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
@@ -56,8 +59,6 @@ struct WgmmaPlan {
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
   static constexpr int kFullBarrier = 2;      // + stage: tile written (producer arrives, consumers wait)
   static constexpr int kEmptyBarrier = 4;     // + stage: tile read (consumers arrive, producer waits)
-  static constexpr int kProbReadyBarrier = 6; // kAsymmetric: the block's P and rescale written (scorer → follower)
-  static constexpr int kProbFreeBarrier = 7;  // kAsymmetric: the follower has read them (follower → scorer)
 
   static constexpr int kSliceBytes = 64 * 128;                       // 64 rows × one 64-dim swizzle row
   static constexpr int kTileBytes = (kDim / 64) * kSliceBytes;       // [8 slices][64 rows][128 B]
@@ -71,7 +72,10 @@ struct WgmmaPlan {
   static constexpr int kInv = kProb + kConsumers * 8 * 128 * 4;     // f32 [64] merge 1/denominators
   static constexpr int kTables = kInv + kHeads * 4;                 // f32 [64 sinks][32 cos][32 sin] for the epilogue
   static constexpr int kTableEntries = kHeads + Entry::kRopeDim;
-  static constexpr int kEnd = kTables + kTableEntries * 4;
+  // kAsymmetric: u64 mbarriers [2 tiles full][P ready][P read] (racecheck can follow these hand-overs;
+  // it counts the bar.sync's a thread passed, and the scorer and the follower pass different numbers)
+  static constexpr int kHandOver = kTables + kTableEntries * 4;
+  static constexpr int kEnd = kHandOver + 4 * 8;
   static constexpr int kSmemBytes = kEnd + static_cast<int>(ptx::kSwizzleAtomBytes);  // + alignment slack
   // The merge keeps its weights [64][chunks] where the Q and K tiles were.
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
@@ -79,7 +83,7 @@ struct WgmmaPlan {
   static_assert(kThreads >= kTableEntries && kTables % 16 == 0, "one table entry per thread, aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
   static_assert(kK % 1024 == 0 && kSlots % 16 == 0 && kValid % 16 == 0 && kLive % 16 == 0 && kRowMax % 16 == 0 &&
-                    kProb % 16 == 0 && kInv % 16 == 0,
+                    kProb % 16 == 0 && kInv % 16 == 0 && kHandOver % 8 == 0,
                 "swizzled tiles on 1024-byte boundaries, every other region 16-byte aligned");
   // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
   // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
@@ -153,12 +157,28 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
     *reinterpret_cast<uint4*>(tile + tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i))) = rope[i];
 }
 
+// How the producer tells the consumers that tile `stage` is written: named barrier "full" + stage,
+// which both consumers wait on, or (kAsymmetric: only the scorer waits) the mbarrier full[stage],
+// whose phase it / 2 completes with block it.
+template <bool kMbarrier>
+struct TileFull {
+  std::uint64_t* full;  // kMbarrier: [2]
+  __device__ void arrive(int stage) const {
+    if constexpr (kMbarrier) ptx::mbarrier_arrive(full + stage);
+    else ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, WgmmaPlan::kThreads);
+  }
+  __device__ void wait(int it) const {
+    if constexpr (kMbarrier) ptx::mbarrier_wait(full + it % 2, (it / 2) & 1);
+    else ptx::barrier_sync(WgmmaPlan::kFullBarrier + it % 2, WgmmaPlan::kThreads);
+  }
+};
+
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
 // that used it before (it − 2).
-// kFullThreads: the threads of the full barrier (the producer and the consumers that wait on it).
-template <int kFullThreads>
+template <bool kMbarrier>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
-                                              const int* s_live, int num_live, std::uint8_t* s_k) {
+                                              const int* s_live, int num_live, std::uint8_t* s_k,
+                                              TileFull<kMbarrier> tile_full) {
   using W = WgmmaPlan;
   const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
   for (int it = 0; it < num_live; ++it) {
@@ -181,7 +201,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
     }
     ptx::fence_proxy_async_shared();
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
-    ptx::barrier_arrive(W::kFullBarrier + stage, kFullThreads);
+    tile_full.arrive(stage);
     // The L2 prefetch of block it + 2 after the tile is handed over, off the path from this block's
     // loads to its tile (measured: −1 µs at B=128, −3 µs at B=1; without it, +1 and +4 µs).
     if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
@@ -335,7 +355,6 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
-  constexpr int kFullThreads = kAsymmetric ? W::kProducerThreads + 128 : W::kThreads;
   // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
   static_assert(W::kConsumers * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch <= W::kSlots - W::kQ,
                 "staged rows fit in the Q and K tiles");
@@ -351,6 +370,10 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   auto* s_prob = reinterpret_cast<std::uint32_t*>(smem + W::kProb);     // [2][8][128] bf16x2 P fragments
   auto* s_tables = reinterpret_cast<float*>(smem + W::kTables);         // the tile's sinks, then the row's cos, sin
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
+  auto* s_hand_over = reinterpret_cast<std::uint64_t*>(smem + W::kHandOver);  // kAsymmetric: mbarriers
+  const TileFull<kAsymmetric> tile_full{s_hand_over};
+  std::uint64_t* s_prob_ready = s_hand_over + 2;
+  std::uint64_t* s_prob_read = s_hand_over + 3;
 
   const int tid = threadIdx.x;
   // This block's slice of the output dims and its (row, head tile, chunk). In clusters the chunks of a
@@ -388,6 +411,11 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   });
   DSV4_TIMELINE(if (tid == 0) timeline::mark(timeline::kPlanDone));
   if (table_index < W::kTableEntries) s_tables[table_index] = table_value;  // read after the barrier below
+  if constexpr (kAsymmetric) {
+    if (tid == 0) {  // one arrival per producer thread (full), per scorer / follower thread (P ready / read)
+      for (int i = 0; i < 4; ++i) ptx::mbarrier_init(s_hand_over + i, 128);
+    }
+  }
   if (tid >= W::kConsumerThreads) {
     const int ptid = tid - W::kConsumerThreads;
     if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], ptid);
@@ -400,7 +428,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
-    produce_tiles<kFullThreads>(p, work, s_slots, s_live, num_live, s_k);
+    produce_tiles(p, work, s_slots, s_live, num_live, s_k, tile_full);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
     if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
       cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
@@ -428,9 +456,9 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     const int stage = it % 2, block = s_live[it];
     const std::uint8_t* tile = s_k + stage * W::kTileBytes;
     // kAsymmetric: only the scorer waits for the tile; the follower learns of it from the scorer's
-    // hand-over (barrier 6), so the scorer may start block it + 1 while the follower is still in the
+    // hand-over (s_prob_ready), so the scorer may start block it + 1 while the follower is still in the
     // P·V of block it.
-    if (!kAsymmetric || consumer == 0) ptx::barrier_sync(W::kFullBarrier + stage, kFullThreads);
+    if (!kAsymmetric || consumer == 0) tile_full.wait(it);
     DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kFullDone)));
 
     // The A fragments of P·V's four k16 steps (candidates 16kk .. 16kk + 15), in candidate order.
@@ -506,25 +534,25 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
           }
         }
         // Hand P and the rescale over once the follower has read the previous block's.
-        if (it > 0) ptx::barrier_sync(W::kProbFreeBarrier, W::kConsumerThreads);
+        if (it > 0) ptx::mbarrier_wait(s_prob_read, (it - 1) & 1);
 #pragma unroll
         for (int f = 0; f < 16; ++f) s_prob[f * 128 + ctid] = a[f];
         if (quad == 0) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) s_row_max[frag_row + 8 * half] = rescale[half];
         }
-        ptx::barrier_arrive(W::kProbReadyBarrier, W::kConsumerThreads);
+        ptx::mbarrier_arrive(s_prob_ready);
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
       } else {
         // (The follower's phase stamps: "scores" and "max" = the hand-over received, "rescale" = read.)
-        ptx::barrier_sync(W::kProbReadyBarrier, W::kConsumerThreads);
+        ptx::mbarrier_wait(s_prob_ready, it & 1);
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
 #pragma unroll
         for (int f = 0; f < 16; ++f) a[f] = s_prob[f * 128 + ctid];
 #pragma unroll
         for (int half = 0; half < 2; ++half) rescale[half] = s_row_max[frag_row + 8 * half];
-        if (it + 1 < num_live) ptx::barrier_arrive(W::kProbFreeBarrier, W::kConsumerThreads);
+        ptx::mbarrier_arrive(s_prob_read);  // (after the last block nobody waits: harmless)
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
       }
       bool any_rescale = false;
