@@ -491,12 +491,15 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
   }
 }
 
-// Turns the asymmetric consumers (the process-wide A/B switch) on or off for a scope.
-struct AsymmetricScope {
+// Turns a process-wide kernel-variant switch (`kSet` returns the setting before) on or off for a scope.
+template <auto kSet>
+struct SwitchScope {
   bool before;
-  explicit AsymmetricScope(bool on) : before(cuda::set_asymmetric_consumers(on)) {}
-  ~AsymmetricScope() { cuda::set_asymmetric_consumers(before); }
+  explicit SwitchScope(bool on) : before(kSet(on)) {}
+  ~SwitchScope() { kSet(before); }
 };
+using AsymmetricScope = SwitchScope<&cuda::set_asymmetric_consumers>;
+using PairDecodeScope = SwitchScope<&cuda::set_pair_decode>;
 
 // The asymmetric consumers (one warpgroup computes S and P of all 64 candidates and hands P over)
 // give exactly the symmetric kernel's bytes: one chunk and split rows (workspace and cluster merge),
@@ -543,6 +546,47 @@ TEST_F(SparseAttentionGpu, AsymmetricConsumersKeepBytes) {
     }
     expect_same_bytes(asymmetric, symmetric, what + ": the asymmetric consumers");
     if (c.rows <= 9) expect_close(asymmetric, p.run(Device::CPU, options), what.c_str());
+  }
+}
+
+// The pair decode (the two head tiles of a row as a 2-CTA cluster, each CTA decoding half of every K
+// block into both tiles) gives exactly the unpaired asymmetric kernel's bytes: one chunk at B = 128
+// and B = 1 (output parts forced to 1: the pair has no dim split), rows of three chunks (workspace
+// merge), padded heads (H = 96) with 60% missing slots, rows with every slot missing and rows of one
+// block. The launch must report the pair.
+TEST_F(SparseAttentionGpu, PairDecodeKeepsBytes) {
+  const Pool window(rng, 64, 48), compressed(rng, 64, 48);
+  struct Case {
+    int rows, heads, window_width, compressed_width, split;
+    double missing;
+  };
+  for (const Case c : {Case{128, 128, 128, 512, 1152, 0.05}, Case{1, 128, 128, 512, 1152, 0.05},
+                       Case{12, 128, 128, 1024, 384, 0.05}, Case{5, 96, 128, 2048, 768, 0.6},
+                       Case{9, 128, 128, 256, 1152, 1.0}, Case{9, 128, 64, 0, 1152, 0.3}}) {
+    const std::string what = "rows=" + std::to_string(c.rows) + " H=" + std::to_string(c.heads) +
+                             " W=" + std::to_string(c.window_width) + " K=" + std::to_string(c.compressed_width) +
+                             " split=" + std::to_string(c.split) + " missing=" + std::to_string(c.missing);
+    Problem p(rng, window, compressed, c.rows, c.heads, c.window_width, c.compressed_width);
+    p.random_slots(rng, c.missing);
+    p.random_rope(rng);
+    SparseAttentionOptions options = chunked();
+    options.split_candidates = c.split;
+    options.output_parts = 1;
+    const AsymmetricScope asymmetric(true);
+    const ClusterMergeScope merge(cuda::ClusterMerge::automatic);
+    Outputs single, paired;
+    {
+      const PairDecodeScope off(false);
+      single = p.run(Device::CUDA, options);
+      EXPECT_FALSE(cuda::last_launch_pair_decode()) << what << ": paired with the switch off";
+    }
+    {
+      const PairDecodeScope on(true);
+      paired = p.run(Device::CUDA, options);
+      EXPECT_TRUE(cuda::last_launch_pair_decode()) << what << ": the switch did not reach the launch";
+    }
+    expect_same_bytes(paired, single, what + ": the pair decode");
+    if (c.rows <= 12) expect_close(paired, p.run(Device::CPU, options), what.c_str());
   }
 }
 
@@ -784,6 +828,20 @@ TEST_F(SparseAttentionGpu, SanitizeSymmetricConsumers) {
   const AsymmetricScope off(false);
   expect_matches_reference(p, options, "sanitize symmetric consumers");
   EXPECT_FALSE(cuda::last_launch_asymmetric()) << "the switch did not reach the launch";
+}
+
+TEST_F(SparseAttentionGpu, SanitizePairDecode) {
+  const Pool window(rng, 64, 4), compressed(rng, 64, 8);
+  Problem p(rng, window, compressed, 2, 128, 128, 256);
+  p.random_slots(rng, 0.1);
+  p.random_rope(rng);
+  SparseAttentionOptions options = chunked();
+  options.split_candidates = 128;  // three chunks of two blocks
+  options.output_parts = 1;
+  const AsymmetricScope asymmetric(true);
+  const PairDecodeScope on(true);
+  expect_matches_reference(p, options, "sanitize pair decode");
+  EXPECT_TRUE(cuda::last_launch_pair_decode()) << "the switch did not reach the launch";
 }
 
 TEST_F(SparseAttentionGpu, SanitizeLargeChunks) {

@@ -55,30 +55,49 @@ ClusterMerge set_cluster_merge(ClusterMerge mode) {
 int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
 
 namespace {
-std::atomic<int> asymmetric_override{-1};  // −1: from the environment
-std::atomic<bool> last_asymmetric{false};
+// A process-wide kernel-variant switch: from `variable` ("0" or "1", read once; unset = `default_on`;
+// another value throws Error naming it, and is read again next time) unless set() overrode it;
+// `last` records whether the last launch ran the variant.
+struct VariantSwitch {
+  const char* variable;
+  bool default_on;
+  std::atomic<int> override_value{-1};  // −1: from the environment
+  std::atomic<int> environment{-1};     // −1: not read yet
+  std::atomic<bool> last{false};
+
+  bool get() {
+    const int set = override_value.load(std::memory_order_relaxed);
+    if (set >= 0) return set != 0;
+    int value = environment.load(std::memory_order_relaxed);
+    if (value < 0) {
+      const char* text = std::getenv(variable);
+      if (text == nullptr) value = default_on ? 1 : 0;
+      else if (std::strcmp(text, "0") == 0) value = 0;
+      else if (std::strcmp(text, "1") == 0) value = 1;
+      else throw Error(variable, std::string("must be 0 or 1; got '") + text + "'");
+      environment.store(value, std::memory_order_relaxed);
+    }
+    return value != 0;
+  }
+  bool set(bool on) {
+    const bool before = get();
+    override_value.store(on ? 1 : 0, std::memory_order_relaxed);
+    return before;
+  }
+};
+VariantSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", true};
+VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", false};
 }  // namespace
 
-bool last_launch_asymmetric() { return last_asymmetric.load(std::memory_order_relaxed); }
-void note_asymmetric_launch(bool asymmetric) { last_asymmetric.store(asymmetric, std::memory_order_relaxed); }
+bool asymmetric_consumers() { return asymmetric_switch.get(); }
+bool set_asymmetric_consumers(bool on) { return asymmetric_switch.set(on); }
+bool last_launch_asymmetric() { return asymmetric_switch.last.load(std::memory_order_relaxed); }
+void note_asymmetric_launch(bool asymmetric) { asymmetric_switch.last.store(asymmetric, std::memory_order_relaxed); }
 
-bool asymmetric_consumers() {
-  const int set = asymmetric_override.load(std::memory_order_relaxed);
-  if (set >= 0) return set != 0;
-  static const bool from_environment = [] {
-    const char* value = std::getenv("DSV4_ATTENTION_ASYMMETRIC");
-    if (value == nullptr || std::strcmp(value, "1") == 0) return true;
-    if (std::strcmp(value, "0") == 0) return false;
-    throw Error("DSV4_ATTENTION_ASYMMETRIC", std::string("must be 0 or 1; got '") + value + "'");
-  }();
-  return from_environment;
-}
-
-bool set_asymmetric_consumers(bool on) {
-  const bool before = asymmetric_consumers();
-  asymmetric_override.store(on ? 1 : 0, std::memory_order_relaxed);
-  return before;
-}
+bool pair_decode() { return pair_decode_switch.get(); }
+bool set_pair_decode(bool on) { return pair_decode_switch.set(on); }
+bool last_launch_pair_decode() { return pair_decode_switch.last.load(std::memory_order_relaxed); }
+void note_pair_decode_launch(bool paired) { pair_decode_switch.last.store(paired, std::memory_order_relaxed); }
 
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
@@ -130,6 +149,16 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
     params.cluster_merge = mode == ClusterMerge::forced ? 2 : 1;
   params.asymmetric = tile == 64 && asymmetric_consumers() ? 1 : 0;
   note_asymmetric_launch(false);  // launch_wgmma records an asymmetric launch
+  // The pair decode (two head tiles share the decode of every K block): 64 < H ≤ 128 on the
+  // asymmetric kernel without a dim split; it takes precedence over the automatic cluster merge
+  // (rows of several chunks then merge through the workspace), not over a forced one.
+  params.pair_decode = 0;
+  if (params.asymmetric && params.num_heads > 64 && params.num_heads <= 128 && params.dim_split == 1 &&
+      params.cluster_merge != 2 && pair_decode()) {
+    params.pair_decode = 1;
+    params.cluster_merge = 0;
+  }
+  note_pair_decode_launch(false);  // launch_tile records a pair launch
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
     case 32: sparse_attention::launch_tile<32>(params, stream); break;

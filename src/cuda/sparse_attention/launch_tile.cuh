@@ -91,6 +91,39 @@ inline int wgmma_clusters_at_once(int size) {
   return active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
 }
 
+// setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
+// plan assumes, the consumers' increase would wait forever. Refuse instead of hanging (`registers`:
+// the instantiation's count, asked once by the caller).
+inline void check_register_split(int registers) {
+  if (registers < WgmmaPlan::kLaunchRegisters)
+    throw Error("device", "the wgmma attention kernel was built with " + std::to_string(registers) +
+                              " registers per thread, its register split needs at least " +
+                              std::to_string(WgmmaPlan::kLaunchRegisters));
+}
+template <class Kernel>
+int kernel_registers(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  check_cuda(cudaFuncGetAttributes(&attributes, kernel), "sparse attention kernel attributes");
+  return attributes.numRegs;
+}
+
+// The pair decode (wgmma_kernel.cuh, kPairDecode): the two 64-head tiles of each (row, chunk) as one
+// 2-CTA cluster sharing the decode; `blocks` = rows × 2 tiles × chunks, in that cluster order.
+inline void launch_wgmma_pair(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, 1, false, true, true>;
+  static const bool prepared = (prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes), true);
+  (void)prepared;
+  static const int registers = kernel_registers(kernel);
+  check_register_split(registers);
+  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(blocks), WgmmaPlan::kThreads,
+                                                   WgmmaPlan::kSmemBytes, 2, stream, attribute);
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention pair launch failed");
+  note_pair_decode_launch(true);
+  note_asymmetric_launch(true);
+}
+
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
 // output-dim parts; with kClusterMerge the chunks of each (row, tile, part) form one cluster.
 template <int kDimSplit, bool kClusterMerge, bool kAsymmetric>
@@ -100,17 +133,8 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
   static const bool non_portable = kClusterMerge ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
                                                  : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
   (void)non_portable;
-  // setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
-  // plan assumes, the consumers' increase would wait forever. Refuse instead of hanging.
-  static const int launch_registers = [&] {
-    cudaFuncAttributes attributes{};
-    check_cuda(cudaFuncGetAttributes(&attributes, kernel), "sparse attention kernel attributes");
-    return attributes.numRegs;
-  }();
-  if (launch_registers < WgmmaPlan::kLaunchRegisters)
-    throw Error("device", "the wgmma attention kernel was built with " + std::to_string(launch_registers) +
-                              " registers per thread, its register split needs at least " +
-                              std::to_string(WgmmaPlan::kLaunchRegisters));
+  static const int registers = kernel_registers(kernel);
+  check_register_split(registers);
   if constexpr (kClusterMerge) {
     const int size = params.num_splits;
     static const int sms = multiprocessor_count();
@@ -151,7 +175,9 @@ void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
         default: launch_wgmma<1, kCluster, kAsymmetric>(params, blocks, stream); break;
       }
     };
-    if (params.asymmetric) {
+    if (params.pair_decode) {
+      launch_wgmma_pair(params, blocks, stream);
+    } else if (params.asymmetric) {
       if (params.cluster_merge) launch.template operator()<true, true>();
       else launch.template operator()<false, true>();
     } else {

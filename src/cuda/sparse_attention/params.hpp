@@ -57,6 +57,10 @@ struct SparseAttentionParams {
   // Set by launch_sparse_attention (changes no bit): 1 = the 64-head tile's asymmetric consumers
   // (wgmma_kernel.cuh, kAsymmetric; switch DSV4_ATTENTION_ASYMMETRIC=1 or set_asymmetric_consumers).
   std::int32_t asymmetric = 0;
+  // Set by launch_sparse_attention (changes no bit): 1 = the two 64-head tiles of a row (64 < H ≤ 128)
+  // run as a 2-CTA cluster that shares the decode of every K block (wgmma_kernel.cuh, kPairDecode;
+  // switch DSV4_ATTENTION_PAIR_DECODE or set_pair_decode).
+  std::int32_t pair_decode = 0;
 };
 
 // Largest split_candidates the kernels' shared slot table holds (the public limit).
@@ -117,6 +121,13 @@ bool asymmetric_consumers();
 // switch must reach the launch).
 bool last_launch_asymmetric();
 void note_asymmetric_launch(bool asymmetric);  // the launcher's record of it
+// The A/B switch of the pair decode (params.pair_decode; the same bytes): off unless
+// DSV4_ATTENTION_PAIR_DECODE=1 (read once; another value than 0 or 1 throws Error naming it) or turned
+// on here. Returns the setting before the call. last_launch_pair_decode: whether the last launch ran it.
+bool set_pair_decode(bool on);
+bool pair_decode();
+bool last_launch_pair_decode();
+void note_pair_decode_launch(bool paired);  // the launcher's record of it
 // Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
 // was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
 // kept the grid plain by clusters_keep_waves: the same bytes through the workspace). For tests: a

@@ -47,6 +47,49 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* barrier, std::uint3
                : "memory");
 }
 
+// ---- the 2-CTA cluster decode (wgmma_kernel.cuh, kPairDecode): the peer's shared memory -------------
+// Addresses are 32-bit shared-window addresses: smem_address gives this CTA's (shared::cta);
+// map_to_rank the shared::cluster address of the same byte in CTA `rank` of the cluster.
+__device__ __forceinline__ std::uint32_t cluster_rank() {
+  std::uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+__device__ __forceinline__ std::uint32_t map_to_rank(std::uint32_t address, std::uint32_t rank) {
+  std::uint32_t mapped;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mapped) : "r"(address), "r"(rank));
+  return mapped;
+}
+// Orders this thread's mbarrier initializations before its next cluster barrier arrival (the peer
+// arrives on them).
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// The cluster barrier, split: every thread of the cluster arrives, a waiting thread goes on once all
+// have. arrive releases the thread's earlier accesses (distributed shared memory included) to the
+// waiters' acquire; arrive_relaxed orders nothing (after fence_mbarrier_init_cluster, which does).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
+// One arrival on the mbarrier at shared::cluster address `barrier` (this CTA's or the peer's).
+__device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+// One arrival that also announces `bytes` of st.async the phase must see land first.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx_cluster(std::uint32_t barrier, std::uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+// 16 bytes into the shared memory of a CTA of the cluster (shared::cluster `address`); once landed
+// they complete 16 bytes of transactions on that CTA's mbarrier `barrier`.
+__device__ __forceinline__ void st_async_v4(std::uint32_t address, uint4 v, std::uint32_t barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                   address),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(barrier)
+               : "memory");
+}
+
 // Four 8×8 b16 matrices; lanes 8i..8i+7 give the shared-memory addresses of the rows of matrix i,
 // register i receives it.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t smem_row) {

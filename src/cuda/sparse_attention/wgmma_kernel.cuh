@@ -72,10 +72,11 @@ struct WgmmaPlan {
   static constexpr int kInv = kProb + kConsumers * 8 * 128 * 4;     // f32 [64] merge 1/denominators
   static constexpr int kTables = kInv + kHeads * 4;                 // f32 [64 sinks][32 cos][32 sin] for the epilogue
   static constexpr int kTableEntries = kHeads + Entry::kRopeDim;
-  // kAsymmetric: u64 mbarriers [2 tiles full][P ready][P read] (racecheck can follow these hand-overs;
-  // it counts the bar.sync's a thread passed, and the scorer and the follower pass different numbers)
+  // kAsymmetric: u64 mbarriers [2 tiles full][P ready][P read][2 tiles free (kPairDecode)] (racecheck
+  // can follow these hand-overs; it counts the bar.sync's a thread passed, and the scorer and the
+  // follower pass different numbers)
   static constexpr int kHandOver = kTables + kTableEntries * 4;
-  static constexpr int kEnd = kHandOver + 4 * 8;
+  static constexpr int kEnd = kHandOver + 6 * 8;
   static constexpr int kSmemBytes = kEnd + static_cast<int>(ptx::kSwizzleAtomBytes);  // + alignment slack
   // The merge keeps its weights [64][chunks] where the Q and K tiles were.
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
@@ -93,6 +94,10 @@ struct WgmmaPlan {
   static constexpr int kCodePiecesPerThread = Entry::kNopeDim / 16 / kThreadsPerEntry;
   static_assert(kPiecesPerThread == 9 && kCodePiecesPerThread == 7 && kPasses == 2, "gather shape");
   static_assert(Entry::kQuantBlock == 16 * kThreadsPerEntry, "code piece sub + 4i uses scale byte i");
+  // kPairDecode: CTA rank r of the pair decodes candidates [32r, 32r + 32) of each block (the
+  // producer's pass r) into its own tile and the peer's: 32 bf16 rows of 1 KB to the peer.
+  static constexpr std::uint32_t kPeerHalfBytes = kBlock / kPasses * kDim * 2;
+  static constexpr int kStageFreeArrivals = 2 * kConsumerThreads / 32;  // a consumer warp of either CTA
 };
 
 // Byte offset of bf16 elements [d, d + 8) (d a multiple of 8) of row r of a swizzled [64][512] tile:
@@ -133,11 +138,19 @@ __device__ __forceinline__ void load_entry_codes(const SparseAttentionParams& p,
 
 // Decodes a loaded share into K tile `tile` (candidate row e): code piece k = sub + 4i holds dims
 // [16k, 16k + 16) with scale byte i. Then loads and copies the RoPE pieces j = sub + 4i' (bf16 dims
-// 448 + 8j .. + 8); zeros for a masked candidate.
-__device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index) {
+// 448 + 8j .. + 8); zeros for a masked candidate. kToPeer (pair decode): every 16 bytes also go by
+// st.async to the same offset of the peer's tile `peer_tile` (shared::cluster), completing
+// transactions on the peer's mbarrier `peer_full`.
+template <bool kToPeer = false>
+__device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index,
+                                                  std::uint32_t peer_tile = 0, std::uint32_t peer_full = 0) {
   constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
   constexpr int kRopePieces = WgmmaPlan::kPiecesPerThread - WgmmaPlan::kCodePiecesPerThread;
   const int e = share_index / kSplit, sub = share_index % kSplit;
+  const auto put = [&](int offset, uint4 v) {
+    *reinterpret_cast<uint4*>(tile + offset) = v;
+    if constexpr (kToPeer) ptx::st_async_v4(peer_tile + static_cast<std::uint32_t>(offset), v, peer_full);
+  };
   uint4 rope[kRopePieces];
 #pragma unroll
   for (int i = 0; i < kRopePieces; ++i)
@@ -149,62 +162,119 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
     uint4 lo, hi;
     dequantize_e4m3x16(share.piece[i], scale, lo, hi);
     const int d = 16 * (sub + kSplit * i);
-    *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
-    *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
+    put(tile_offset(e, d), lo);
+    put(tile_offset(e, d + 8), hi);
   }
 #pragma unroll
-  for (int i = 0; i < kRopePieces; ++i)
-    *reinterpret_cast<uint4*>(tile + tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i))) = rope[i];
+  for (int i = 0; i < kRopePieces; ++i) put(tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i)), rope[i]);
 }
 
-// How the producer tells the consumers that tile `stage` is written: named barrier "full" + stage,
-// which both consumers wait on, or (kAsymmetric: only the scorer waits) the mbarrier full[stage],
-// whose phase it / 2 completes with block it.
-template <bool kMbarrier>
-struct TileFull {
-  std::uint64_t* full;  // kMbarrier: [2]
-  __device__ void arrive(int stage) const {
-    if constexpr (kMbarrier) ptx::mbarrier_arrive(full + stage);
-    else ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, WgmmaPlan::kThreads);
+// How the producer(s) and the consumers pass the two K tiles back and forth.
+//   kNamed (symmetric kernel): named barriers "full" + stage (both consumers wait) and "empty" + stage.
+//   kLocal (asymmetric): "full" is the mbarrier full[stage] (the producer's 128 arrivals; only the
+//     scorer waits: phase it / 2 completes with block it); "empty" stays named.
+//   kPair (asymmetric, 2-CTA pair decode): each CTA's producer decodes half of every block into both
+//     CTAs' tiles; full[stage] also counts the peer producer's expect_tx arrival and its 32 KB of
+//     st.async; "empty" is the mbarrier free[stage], one arrival per consumer warp of both CTAs.
+enum class TileSync { kNamed, kLocal, kPair };
+
+template <TileSync kSync>
+struct TileHandOver {
+  std::uint64_t* full = nullptr;  // [2] (kLocal, kPair)
+  std::uint64_t* free = nullptr;  // [2] (kPair)
+  std::uint32_t rank = 0;         // kPair: this CTA's rank in the pair = its head tile
+  std::uint32_t peer_k = 0;       // kPair: the peer's K tiles (shared::cluster)
+  std::uint32_t peer_full = 0;    // kPair: the peer's full[0] (shared::cluster; + 8 per stage)
+
+  // Producer: the stage of block it is free again (every consumer released block it − 2).
+  __device__ void wait_free(int it) const {
+    if constexpr (kSync == TileSync::kPair) ptx::mbarrier_wait(free + it % 2, (it / 2 - 1) & 1);
+    else ptx::barrier_sync(WgmmaPlan::kEmptyBarrier + it % 2, WgmmaPlan::kThreads);
   }
-  __device__ void wait(int it) const {
-    if constexpr (kMbarrier) ptx::mbarrier_wait(full + it % 2, (it / 2) & 1);
-    else ptx::barrier_sync(WgmmaPlan::kFullBarrier + it % 2, WgmmaPlan::kThreads);
+  // Producer: this thread's part of tile `stage` is written and fenced for the tensor cores.
+  __device__ void arrive_full(int stage) const {
+    if constexpr (kSync == TileSync::kNamed) ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, WgmmaPlan::kThreads);
+    else ptx::mbarrier_arrive(full + stage);
+  }
+  // Consumer: the tile of block it is complete. (kPair: the proxy fence puts the peer's st.async
+  // bytes before this warpgroup's wgmma reads.)
+  __device__ void wait_full(int it) const {
+    if constexpr (kSync == TileSync::kNamed) {
+      ptx::barrier_sync(WgmmaPlan::kFullBarrier + it % 2, WgmmaPlan::kThreads);
+    } else {
+      ptx::mbarrier_wait(full + it % 2, (it / 2) & 1);
+      if constexpr (kSync == TileSync::kPair) ptx::fence_proxy_async_shared();
+    }
+  }
+  // Consumer: this warp's MMAs on tile `stage` are complete (waited); its producer(s) may rewrite it.
+  __device__ void release(int stage, int lane) const {
+    if constexpr (kSync == TileSync::kPair) {
+      if (lane == 0) {
+        const std::uint32_t own = ptx::smem_address(free + stage);
+        ptx::mbarrier_arrive_cluster(ptx::map_to_rank(own, 0));
+        ptx::mbarrier_arrive_cluster(ptx::map_to_rank(own, 1));
+      }
+    } else {
+      ptx::barrier_arrive(WgmmaPlan::kEmptyBarrier + stage, WgmmaPlan::kThreads);
+    }
   }
 };
 
+// The candidate a producer thread asks L2 for (prefetch_block: none at ≥ kBlock): one each, or with
+// the pair decode only this CTA's half.
+template <TileSync kSync>
+__device__ __forceinline__ int prefetch_index(int ptid, std::uint32_t rank) {
+  if constexpr (kSync == TileSync::kPair) return ptid < kBlock / 2 ? static_cast<int>(rank) * (kBlock / 2) + ptid : kBlock;
+  return ptid;
+}
+
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
-// that used it before (it − 2).
-template <bool kMbarrier>
+// that used it before (it − 2). kPair: this CTA's producer decodes its pass (= rank) only, into both
+// CTAs' tiles.
+template <TileSync kSync>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k,
-                                              TileFull<kMbarrier> tile_full) {
+                                              const TileHandOver<kSync>& hand_over) {
   using W = WgmmaPlan;
+  constexpr bool kPair = kSync == TileSync::kPair;
+  constexpr int kPasses = kPair ? 1 : W::kPasses;
   const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
+  const int first_share = kPair ? static_cast<int>(hand_over.rank) * W::kProducerThreads : 0;
+  const int prefetcher = prefetch_index<kSync>(ptid, hand_over.rank);
   for (int it = 0; it < num_live; ++it) {
     const int stage = it % 2;
     std::uint8_t* tile = s_k + stage * W::kTileBytes;
-    EntryShare share[W::kPasses];
+    EntryShare share[kPasses];
 #pragma unroll
-    for (int pass = 0; pass < W::kPasses; ++pass)
-      load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], pass * W::kProducerThreads + ptid, share[pass]);
+    for (int pass = 0; pass < kPasses; ++pass)
+      load_entry_codes(p, s_slots, work.chunk_begin, s_live[it], first_share + pass * W::kProducerThreads + ptid,
+                       share[pass]);
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
     if (it >= 2) {
-      ptx::barrier_sync(W::kEmptyBarrier + stage, W::kThreads);
+      hand_over.wait_free(it);
       ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
     }
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
+    if constexpr (kPair) {
+      // The peer's phase it / 2 of full[stage]: this arrival and the 32 KB, in any order (the
+      // transaction count may run below zero first; the arrival keeps the phase open).
+      const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
+      if (ptid == 0) ptx::mbarrier_arrive_expect_tx_cluster(peer_full, W::kPeerHalfBytes);
+      store_entry_share<true>(share[0], tile, first_share + ptid, hand_over.peer_k + stage * W::kTileBytes, peer_full);
+      DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+    } else {
 #pragma unroll
-    for (int pass = 0; pass < W::kPasses; ++pass) {
-      store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
-      DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+      for (int pass = 0; pass < W::kPasses; ++pass) {
+        store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
+        DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+      }
     }
     ptx::fence_proxy_async_shared();
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
-    tile_full.arrive(stage);
+    hand_over.arrive_full(stage);
     // The L2 prefetch of block it + 2 after the tile is handed over, off the path from this block's
     // loads to its tile (measured: −1 µs at B=128, −3 µs at B=1; without it, +1 and +4 µs).
-    if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], ptid);
+    if (it + 2 < num_live) prefetch_block(p, s_slots, work.chunk_begin, s_live[it + 2], prefetcher);
   }
 }
 
@@ -346,11 +416,17 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
 // way: the scorer's S of block it + 1 overlaps the follower's P·V of block it); each still does the P·V
 // of its half of the dims. The scorer keeps the two candidate halves' sums apart, in the symmetric
 // kernel's order, so the bytes are the symmetric kernel's.
-template <int kHeadTile, int kDimSplit, bool kClusterMerge = false, bool kAsymmetric = false>
+// kPairDecode (64 < H ≤ 128, asymmetric, no dim split, no cluster merge; switch DSV4_ATTENTION_PAIR_DECODE):
+// launched in clusters of 2, blockIdx.x = 2 · unit + rank, rank = head tile; the pair shares the
+// decode of every K block (TileSync::kPair). The tiles hold the same bytes, so the output is the
+// unpaired kernel's.
+template <int kHeadTile, int kDimSplit, bool kClusterMerge = false, bool kAsymmetric = false, bool kPairDecode = false>
 __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
   static_assert(kDimSplit == 1 || kDimSplit == 2 || kDimSplit == 4, "output dims split in 1, 2 or 4");
+  static_assert(!kPairDecode || (kAsymmetric && !kClusterMerge && kDimSplit == 1), "the pair decode's variant");
+  constexpr TileSync kSync = kPairDecode ? TileSync::kPair : kAsymmetric ? TileSync::kLocal : TileSync::kNamed;
   using W = WgmmaPlan;
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
@@ -371,18 +447,28 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   auto* s_tables = reinterpret_cast<float*>(smem + W::kTables);         // the tile's sinks, then the row's cos, sin
   int& s_is_last = s_live[kMaxBlocksPerSplit + 1];
   auto* s_hand_over = reinterpret_cast<std::uint64_t*>(smem + W::kHandOver);  // kAsymmetric: mbarriers
-  const TileFull<kAsymmetric> tile_full{s_hand_over};
   std::uint64_t* s_prob_ready = s_hand_over + 2;
   std::uint64_t* s_prob_read = s_hand_over + 3;
+  TileHandOver<kSync> hand_over;
+  hand_over.full = s_hand_over;
+  hand_over.free = s_hand_over + 4;
+  if constexpr (kPairDecode) {
+    hand_over.rank = ptx::cluster_rank();
+    hand_over.peer_k = ptx::map_to_rank(ptx::smem_address(s_k), hand_over.rank ^ 1u);
+    hand_over.peer_full = ptx::map_to_rank(ptx::smem_address(s_hand_over), hand_over.rank ^ 1u);
+  }
 
   const int tid = threadIdx.x;
   // This block's slice of the output dims and its (row, head tile, chunk). In clusters the chunks of a
-  // (row, tile, part) are consecutive blocks (order_group 1 keeps a row's chunks consecutive units).
+  // (row, tile, part) are consecutive blocks (order_group 1 keeps a row's chunks consecutive units);
+  // a pair is one unit of two head tiles.
   const unsigned chunks = static_cast<unsigned>(p.num_splits);
   const int part = static_cast<int>(kClusterMerge ? blockIdx.x / chunks % kDimSplit : blockIdx.x % kDimSplit);
-  const unsigned unit =
-      kClusterMerge ? blockIdx.x / chunks / kDimSplit * chunks + blockIdx.x % chunks : blockIdx.x / kDimSplit;
-  const ChunkWork work = chunk_of_block(p, kHeadTile, unit);
+  const unsigned unit = kPairDecode     ? blockIdx.x / 2
+                        : kClusterMerge ? blockIdx.x / chunks / kDimSplit * chunks + blockIdx.x % chunks
+                                        : blockIdx.x / kDimSplit;
+  ChunkWork work = chunk_of_block(p, kPairDecode ? 2 * kHeadTile : kHeadTile, unit);
+  if constexpr (kPairDecode) work.head0 = static_cast<int>(hand_over.rank) * kHeadTile;
   const int head0 = work.head0;
   const std::int64_t row = work.row;
   DSV4_TIMELINE(timeline::mark_start());
@@ -412,24 +498,37 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   DSV4_TIMELINE(if (tid == 0) timeline::mark(timeline::kPlanDone));
   if (table_index < W::kTableEntries) s_tables[table_index] = table_value;  // read after the barrier below
   if constexpr (kAsymmetric) {
-    if (tid == 0) {  // one arrival per producer thread (full), per scorer / follower thread (P ready / read)
-      for (int i = 0; i < 4; ++i) ptx::mbarrier_init(s_hand_over + i, 128);
+    // One arrival per producer thread on full (+ the peer producer's, kPairDecode), per scorer /
+    // follower thread on P ready / read, per consumer warp of the pair on free (kPairDecode).
+    if (tid == 0) {
+      for (int stage = 0; stage < 2; ++stage) ptx::mbarrier_init(hand_over.full + stage, 128 + (kPairDecode ? 1 : 0));
+      ptx::mbarrier_init(s_prob_ready, 128);
+      ptx::mbarrier_init(s_prob_read, 128);
+      if constexpr (kPairDecode) {
+        for (int stage = 0; stage < 2; ++stage) ptx::mbarrier_init(hand_over.free + stage, W::kStageFreeArrivals);
+        ptx::fence_mbarrier_init_cluster();
+      }
     }
   }
+  if constexpr (kPairDecode) ptx::cluster_arrive_relaxed();  // waited below: both CTAs' barriers exist
   if (tid >= W::kConsumerThreads) {
-    const int ptid = tid - W::kConsumerThreads;
-    if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], ptid);
-    if (num_live > 1) prefetch_block(p, s_slots, work.chunk_begin, s_live[1], ptid);
+    const int prefetcher = prefetch_index<kSync>(tid - W::kConsumerThreads, hand_over.rank);
+    if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], prefetcher);
+    if (num_live > 1) prefetch_block(p, s_slots, work.chunk_begin, s_live[1], prefetcher);
   }
   ptx::cp_async_wait_all();
   ptx::fence_proxy_async_shared();
   __syncthreads();  // Q is in place; from here on the warpgroups part
+  if constexpr (kPairDecode) ptx::cluster_wait();
   DSV4_TIMELINE(timeline::mark_ready(num_live));
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
-    produce_tiles(p, work, s_slots, s_live, num_live, s_k, tile_full);
+    produce_tiles(p, work, s_slots, s_live, num_live, s_k, hand_over);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
+    // Its last st.async to the peer is issued (the peer waits for those bytes itself): the producer
+    // only counts itself in for the pair's exit barrier.
+    if constexpr (kPairDecode) ptx::cluster_arrive();
     if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
       cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
       cooperative_groups::this_cluster().barrier_arrive();
@@ -458,7 +557,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     // kAsymmetric: only the scorer waits for the tile; the follower learns of it from the scorer's
     // hand-over (s_prob_ready), so the scorer may start block it + 1 while the follower is still in the
     // P·V of block it.
-    if (!kAsymmetric || consumer == 0) tile_full.wait(it);
+    if (!kAsymmetric || consumer == 0) hand_over.wait_full(it);
     DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kFullDone)));
 
     // The A fragments of P·V's four k16 steps (candidates 16kk .. 16kk + 15), in candidate order.
@@ -546,6 +645,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       } else {
         // (The follower's phase stamps: "scores" and "max" = the hand-over received, "rescale" = read.)
         ptx::mbarrier_wait(s_prob_ready, it & 1);
+        if constexpr (kPairDecode) ptx::fence_proxy_async_shared();  // the peer's half of the tile (wait_full)
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
 #pragma unroll
@@ -682,8 +782,14 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kConsumerDims / 2; ++i) ptx::fence_operand(acc_o[i]);
     DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kPvDone)));
-    if (it + 2 < num_live) ptx::barrier_arrive(W::kEmptyBarrier + stage, W::kThreads);
+    if (it + 2 < num_live) hand_over.release(stage, lane);  // a producer waits for it (never for a later one)
   }
+  // kPairDecode: nothing of this CTA reaches the peer any more; count in for the exit barrier, which
+  // every consumer waits on just before it returns (the peer's shared memory outlives our accesses).
+  if constexpr (kPairDecode) ptx::cluster_arrive();
+  const auto leave = [] {
+    if constexpr (kPairDecode) ptx::cluster_wait();
+  };
 
   DSV4_TIMELINE(timeline::mark(timeline::kEpilogueStart + consumer));
   // Both candidate halves' sums, added in a fixed order (the same bits in both consumers).
@@ -759,6 +865,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       return reinterpret_cast<std::uint8_t*>(p.out + (out_row + head0 + r) * kDim + dim_first);
     });
     DSV4_TIMELINE(timeline::mark_end(consumer));
+    leave();
     return;
   }
 
@@ -788,6 +895,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   });
   if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) {
     DSV4_TIMELINE(timeline::mark_end(consumer));
+    leave();
     return;
   }
   merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
@@ -795,6 +903,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
                                                part * kPartDims, kPartDims, part == 0);
   reset_arrivals(p, row, head0, part);
   DSV4_TIMELINE(timeline::mark_end(consumer));
+  leave();
 }
 
 }  // namespace dsv4::cuda::sparse_attention
