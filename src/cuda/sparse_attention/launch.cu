@@ -86,7 +86,7 @@ struct VariantSwitch {
   }
 };
 VariantSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", true};
-VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", false};
+VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", true};
 }  // namespace
 
 bool asymmetric_consumers() { return asymmetric_switch.get(); }

@@ -77,16 +77,18 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 __device__ __forceinline__ void mbarrier_arrive_cluster(std::uint32_t barrier) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
-// One arrival that also announces `bytes` of st.async the phase must see land first.
+// One arrival that also announces `bytes` of copies the phase must see land first.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx_cluster(std::uint32_t barrier, std::uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cluster.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
 }
-// 16 bytes into the shared memory of a CTA of the cluster (shared::cluster `address`); once landed
-// they complete 16 bytes of transactions on that CTA's mbarrier `barrier`.
-__device__ __forceinline__ void st_async_v4(std::uint32_t address, uint4 v, std::uint32_t barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                   address),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(barrier)
+// The copy engine moves `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's
+// shared memory (`source`, shared::cta) to a CTA of the cluster (`destination`, shared::cluster);
+// once landed they complete that many bytes of transactions on that CTA's mbarrier `barrier`.
+__device__ __forceinline__ void bulk_copy_to_peer(std::uint32_t destination, std::uint32_t source, std::uint32_t bytes,
+                                                  std::uint32_t barrier) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   destination),
+               "r"(source), "r"(bytes), "r"(barrier)
                : "memory");
 }
 

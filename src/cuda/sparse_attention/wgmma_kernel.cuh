@@ -24,6 +24,8 @@
 // The default since the sixth session is kAsymmetric (below): consumer 0 alone computes S and P of all
 // 64 candidates and hands P to consumer 1 (mbarriers instead of the named barrier "full" and the two
 // exchanges); the symmetric division above stays as the A/B variant (DSV4_ATTENTION_ASYMMETRIC=0).
+// For 64 < H ≤ 128 (without an output-dim split) the row's two head tiles also share the decode of
+// each K block as a 2-CTA cluster (kPairDecode; DSV4_ATTENTION_PAIR_DECODE=0 turns it off).
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
 // kernel's functions (kernel.cuh), so the batch invariance argument is unchanged; the 64-head tile
 // is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
@@ -57,6 +59,7 @@ struct WgmmaPlan {
                 "the registers the producer releases cover what the consumers ask for");
   // Named barriers (0 is __syncthreads).
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
+  static constexpr int kProducerBarrier = 6;  // the 128 producer threads (kPairDecode: half tile written)
   static constexpr int kFullBarrier = 2;      // + stage: tile written (producer arrives, consumers wait)
   static constexpr int kEmptyBarrier = 4;     // + stage: tile read (consumers arrive, producer waits)
 
@@ -97,6 +100,9 @@ struct WgmmaPlan {
   // kPairDecode: CTA rank r of the pair decodes candidates [32r, 32r + 32) of each block (the
   // producer's pass r) into its own tile and the peer's: 32 bf16 rows of 1 KB to the peer.
   static constexpr std::uint32_t kPeerHalfBytes = kBlock / kPasses * kDim * 2;
+  // In each 64-dim slice of a tile the half's rows are one contiguous run: one bulk copy per slice.
+  static constexpr std::uint32_t kPeerRunBytes = kBlock / kPasses * 128;
+  static_assert(kPeerRunBytes * (kDim / 64) == kPeerHalfBytes, "the half tile is kDim / 64 runs");
   static constexpr int kStageFreeArrivals = 2 * kConsumerThreads / 32;  // a consumer warp of either CTA
 };
 
@@ -138,19 +144,11 @@ __device__ __forceinline__ void load_entry_codes(const SparseAttentionParams& p,
 
 // Decodes a loaded share into K tile `tile` (candidate row e): code piece k = sub + 4i holds dims
 // [16k, 16k + 16) with scale byte i. Then loads and copies the RoPE pieces j = sub + 4i' (bf16 dims
-// 448 + 8j .. + 8); zeros for a masked candidate. kToPeer (pair decode): every 16 bytes also go by
-// st.async to the same offset of the peer's tile `peer_tile` (shared::cluster), completing
-// transactions on the peer's mbarrier `peer_full`.
-template <bool kToPeer = false>
-__device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index,
-                                                  std::uint32_t peer_tile = 0, std::uint32_t peer_full = 0) {
+// 448 + 8j .. + 8); zeros for a masked candidate.
+__device__ __forceinline__ void store_entry_share(const EntryShare& share, std::uint8_t* tile, int share_index) {
   constexpr int kSplit = WgmmaPlan::kThreadsPerEntry;
   constexpr int kRopePieces = WgmmaPlan::kPiecesPerThread - WgmmaPlan::kCodePiecesPerThread;
   const int e = share_index / kSplit, sub = share_index % kSplit;
-  const auto put = [&](int offset, uint4 v) {
-    *reinterpret_cast<uint4*>(tile + offset) = v;
-    if constexpr (kToPeer) ptx::st_async_v4(peer_tile + static_cast<std::uint32_t>(offset), v, peer_full);
-  };
   uint4 rope[kRopePieces];
 #pragma unroll
   for (int i = 0; i < kRopePieces; ++i)
@@ -162,11 +160,12 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
     uint4 lo, hi;
     dequantize_e4m3x16(share.piece[i], scale, lo, hi);
     const int d = 16 * (sub + kSplit * i);
-    put(tile_offset(e, d), lo);
-    put(tile_offset(e, d + 8), hi);
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
   }
 #pragma unroll
-  for (int i = 0; i < kRopePieces; ++i) put(tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i)), rope[i]);
+  for (int i = 0; i < kRopePieces; ++i)
+    *reinterpret_cast<uint4*>(tile + tile_offset(e, Entry::kNopeDim + 8 * (sub + kSplit * i))) = rope[i];
 }
 
 // How the producer(s) and the consumers pass the two K tiles back and forth.
@@ -174,8 +173,9 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
 //   kLocal (asymmetric): "full" is the mbarrier full[stage] (the producer's 128 arrivals; only the
 //     scorer waits: phase it / 2 completes with block it); "empty" stays named.
 //   kPair (asymmetric, 2-CTA pair decode): each CTA's producer decodes half of every block into both
-//     CTAs' tiles; full[stage] also counts the peer producer's expect_tx arrival and its 32 KB of
-//     st.async; "empty" is the mbarrier free[stage], one arrival per consumer warp of both CTAs.
+//     CTAs' tiles (its own by stores, the peer's by bulk copies of the copy engine); full[stage] also
+//     counts the peer producer's expect_tx arrival and its 32 KB; "empty" is the mbarrier
+//     free[stage], one arrival per consumer warp of both CTAs.
 enum class TileSync { kNamed, kLocal, kPair };
 
 template <TileSync kSync>
@@ -196,7 +196,7 @@ struct TileHandOver {
     if constexpr (kSync == TileSync::kNamed) ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, WgmmaPlan::kThreads);
     else ptx::mbarrier_arrive(full + stage);
   }
-  // Consumer: the tile of block it is complete. (kPair: the proxy fence puts the peer's st.async
+  // Consumer: the tile of block it is complete. (kPair: the proxy fence puts the peer's copied
   // bytes before this warpgroup's wgmma reads.)
   __device__ void wait_full(int it) const {
     if constexpr (kSync == TileSync::kNamed) {
@@ -256,12 +256,23 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
     }
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
     if constexpr (kPair) {
-      // The peer's phase it / 2 of full[stage]: this arrival and the 32 KB, in any order (the
-      // transaction count may run below zero first; the arrival keeps the phase open).
-      const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
-      if (ptid == 0) ptx::mbarrier_arrive_expect_tx_cluster(peer_full, W::kPeerHalfBytes);
-      store_entry_share<true>(share[0], tile, first_share + ptid, hand_over.peer_k + stage * W::kTileBytes, peer_full);
+      // This CTA's half into its own tile; once all 128 threads wrote theirs, one thread has the copy
+      // engine move it to the peer's tile (8 runs of 4 KB), completing the peer's phase it / 2 of
+      // full[stage] together with its expect_tx arrival.
+      store_entry_share(share[0], tile, first_share + ptid);
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+      ptx::fence_proxy_async_shared();  // these stores before the copy engine's reads of them
+      ptx::barrier_sync(W::kProducerBarrier, W::kProducerThreads);
+      if (ptid == 0) {
+        const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
+        ptx::mbarrier_arrive_expect_tx_cluster(peer_full, W::kPeerHalfBytes);
+        const std::uint32_t half = hand_over.rank * W::kPeerRunBytes;
+        for (int slice = 0; slice < kDim / 64; ++slice) {
+          const std::uint32_t offset = slice * W::kSliceBytes + half;
+          ptx::bulk_copy_to_peer(hand_over.peer_k + stage * W::kTileBytes + offset, ptx::smem_address(tile + offset),
+                                 W::kPeerRunBytes, peer_full);
+        }
+      }
     } else {
 #pragma unroll
       for (int pass = 0; pass < W::kPasses; ++pass) {
@@ -526,7 +537,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     ptx::registers_decrease<W::kProducerRegisters>();
     produce_tiles(p, work, s_slots, s_live, num_live, s_k, hand_over);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
-    // Its last st.async to the peer is issued (the peer waits for those bytes itself): the producer
+    // Its last bulk copy to the peer is issued (the peer waits for those bytes itself): the producer
     // only counts itself in for the pair's exit barrier.
     if constexpr (kPairDecode) ptx::cluster_arrive();
     if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
