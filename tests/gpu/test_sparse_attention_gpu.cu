@@ -552,8 +552,8 @@ TEST_F(SparseAttentionGpu, AsymmetricConsumersKeepBytes) {
 // The pair decode (the two head tiles of a row as a 2-CTA cluster, each CTA decoding half of every K
 // block into both tiles) gives exactly the unpaired asymmetric kernel's bytes: one chunk at B = 128
 // and B = 1 (output parts forced to 1: the pair has no dim split), rows of three chunks (workspace
-// merge), padded heads (H = 96) with 60% missing slots, rows with every slot missing and rows of one
-// block. The launch must report the pair.
+// merge: the cluster merge off, else it takes those rows), padded heads (H = 96) with 60% missing
+// slots, rows with every slot missing and rows of one block. The launch must report the pair.
 TEST_F(SparseAttentionGpu, PairDecodeKeepsBytes) {
   const Pool window(rng, 64, 48), compressed(rng, 64, 48);
   struct Case {
@@ -573,7 +573,7 @@ TEST_F(SparseAttentionGpu, PairDecodeKeepsBytes) {
     options.split_candidates = c.split;
     options.output_parts = 1;
     const AsymmetricScope asymmetric(true);
-    const ClusterMergeScope merge(cuda::ClusterMerge::automatic);
+    const ClusterMergeScope merge(cuda::ClusterMerge::off);
     Outputs single, paired;
     {
       const PairDecodeScope off(false);
@@ -588,6 +588,16 @@ TEST_F(SparseAttentionGpu, PairDecodeKeepsBytes) {
     expect_same_bytes(paired, single, what + ": the pair decode");
     if (c.rows <= 12) expect_close(paired, p.run(Device::CPU, options), what.c_str());
   }
+  // Rows of several chunks where the cluster merge is asked for keep it (launch.cu): no pair.
+  Problem p(rng, window, compressed, 12, 128, 128, 1024);
+  p.random_slots(rng, 0.05);
+  SparseAttentionOptions options = chunked();
+  options.split_candidates = 384;
+  const AsymmetricScope asymmetric(true);
+  const ClusterMergeScope merge(cuda::ClusterMerge::automatic);
+  const PairDecodeScope on(true);
+  expect_close(p.run(Device::CUDA, options), p.run(Device::CPU, options), "three chunks, automatic merge");
+  EXPECT_FALSE(cuda::last_launch_pair_decode()) << "a cluster-merged row went to the pair decode";
 }
 
 TEST_F(SparseAttentionGpu, ClusterMergeAutomaticKeepsWaves) {
@@ -839,6 +849,7 @@ TEST_F(SparseAttentionGpu, SanitizePairDecode) {
   options.split_candidates = 128;  // three chunks of two blocks
   options.output_parts = 1;
   const AsymmetricScope asymmetric(true);
+  const ClusterMergeScope no_merge(cuda::ClusterMerge::off);  // the pair takes no cluster-merged rows
   const PairDecodeScope on(true);
   expect_matches_reference(p, options, "sanitize pair decode");
   EXPECT_TRUE(cuda::last_launch_pair_decode()) << "the switch did not reach the launch";

@@ -150,14 +150,14 @@ void launch_sparse_attention(const SparseAttentionParams& request, void* stream_
   params.asymmetric = tile == 64 && asymmetric_consumers() ? 1 : 0;
   note_asymmetric_launch(false);  // launch_wgmma records an asymmetric launch
   // The pair decode (two head tiles share the decode of every K block): 64 < H ≤ 128 on the
-  // asymmetric kernel without a dim split; it takes precedence over the automatic cluster merge
-  // (rows of several chunks then merge through the workspace), not over a forced one.
+  // asymmetric kernel without a dim split, where no cluster merge is asked for (one chunk per row, or
+  // the merge off). Rows of several chunks keep the cluster merge: measured on H200 at N = 2176, the
+  // pair with the workspace merge won at B = 128 nn1 (259 against 263 µs) and B = 32 nn2 (134 / 137)
+  // but lost at B = 32 nn1 (75 / 72) and B = 128 nn2 (516 / 511).
   params.pair_decode = 0;
   if (params.asymmetric && params.num_heads > 64 && params.num_heads <= 128 && params.dim_split == 1 &&
-      params.cluster_merge != 2 && pair_decode()) {
+      params.cluster_merge == 0 && pair_decode())
     params.pair_decode = 1;
-    params.cluster_merge = 0;
-  }
   note_pair_decode_launch(false);  // launch_tile records a pair launch
   switch (tile) {
     case 64: sparse_attention::launch_tile<64>(params, stream); break;
