@@ -1,6 +1,7 @@
 // src/runtime/tensor.cpp — storage for Tensor on the host (new[]) or a CUDA device (cudaMalloc).
 #include "dsv4/tensor.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -12,6 +13,9 @@
 namespace dsv4 {
 
 std::int64_t shape_numel(const Shape& shape) {
+  // A zero extent empties the tensor whatever the others are: return before any product can wrap.
+  for (auto d : shape)
+    if (d == 0) return 0;
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
   return n;
@@ -27,12 +31,15 @@ std::string shape_string(const Shape& shape) {
 
 namespace {
 // Error(name) unless every extent is non-negative and the byte size fits int64.
+// An empty shape (a zero extent) has 0 bytes whatever its other extents, as safetensors files allow.
 void check_extents(const Shape& shape, DType dtype, const std::string& name) {
+  for (const std::int64_t extent : shape)
+    if (extent < 0) throw Error(name, "negative extent in shape " + shape_string(shape));
+  if (std::find(shape.begin(), shape.end(), std::int64_t{0}) != shape.end()) return;
   std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
   for (const std::int64_t extent : shape) {
-    if (extent < 0) throw Error(name, "negative extent in shape " + shape_string(shape));
     // Checked before multiplying: numel() and nbytes() would otherwise wrap.
-    if (extent != 0 && bytes > std::numeric_limits<std::int64_t>::max() / extent)
+    if (bytes > std::numeric_limits<std::int64_t>::max() / extent)
       throw Error(name, "shape " + shape_string(shape) + " has more bytes than int64 can count");
     bytes *= extent;
   }

@@ -207,8 +207,10 @@ TEST(CompressorOnline, AgreesWithTwoPassWithin1e5) {
       different += d.different;
       max_steps = std::max(max_steps, d.max_steps);
     }
-    EXPECT_LE(max_steps, 1) << "m=" << m;
-    EXPECT_LE(different, values / 50 + 1) << "m=" << m;
+    // The codes mostly agree. No bound on how far a differing code moves: a block of small values has
+    // steps far below the 1e-5 normwise error (seed 11577749131620609947, m = 16: 7 steps), and two
+    // values near zero may round to codes of opposite signs (seed 4996309344256116866).
+    EXPECT_LE(different, values / 50 + 1) << "m=" << m << " (largest difference " << max_steps << " steps)";
   }
 }
 

@@ -474,8 +474,15 @@ TEST(SafetensorsMalformed, ShapeSizes) {
   expect_rejected(entry("F64", "[4611686018427387904]", "[0,0]", 0), "has too many bytes");
   expect_rejected(entry("F32", "[2]", "[0,4]", 4), "data_offsets [0, 4] hold 4 bytes but shape [2] of F32 needs 8");
   expect_rejected(entry("BF16", "[3,1]", "[0,8]", 8), "hold 8 bytes but shape [3, 1] of BF16 needs 6");
-  // A zero extent makes an empty tensor whatever the other extents (within int64).
+  // A zero extent makes an empty tensor whatever the other extents (within int64), and it reads as
+  // one even where the other extents' bytes would not fit int64 (found by the mutation test, seed
+  // 12116198185022859984: shape [2^60, 2, 0]).
   EXPECT_NO_THROW(SafetensorsFile::from_bytes(entry("F64", "[4611686018427387904,0]", "[0,0]", 0)));
+  for (const char* shape : {"[4611686018427387904,0]", "[1152921504606846976,2,0]", "[0,2305843009213693952,2]"}) {
+    const auto file = SafetensorsFile::from_bytes(entry("F64", shape, "[0,0]", 0));
+    EXPECT_EQ(file.read_raw("x", DType::F64).nbytes(), 0u) << shape;
+    EXPECT_EQ(file.read_float("x").numel(), 0) << shape;
+  }
   expect_rejected(entry("F32", "[4611686018427387904,4,0]", "[0,0]", 0), "has too many elements");
 }
 
