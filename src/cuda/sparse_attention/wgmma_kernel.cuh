@@ -417,6 +417,27 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
   else ptx::wgmma_m64n64k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
 }
 
+// S = Q·Kᵀ of kN candidates (the K tile rows `k_descriptor` starts at) over the 512 dims: 32 wgmma
+// k-steps from shared memory, waited. acc[4j+i]: head frag_row + 8·(i/2), candidate 8j + 2·quad + i%2.
+template <int kN>
+__device__ __forceinline__ void scores(float (&acc)[kN / 2], std::uint64_t q_descriptor, std::uint64_t k_descriptor) {
+  static_assert(kN == 32 || kN == 64, "the two S shapes: half a block per consumer, or the whole block");
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kDim / 16; ++kk) {
+    const std::uint64_t step =
+        static_cast<std::uint64_t>(((kk / 4) * WgmmaPlan::kSliceBytes + (kk % 4) * 32) >> 4);  // 16 dims
+    if constexpr (kN == 64) ptx::wgmma_m64n64k16_bf16_ss(acc, q_descriptor + step, k_descriptor + step, kk > 0);
+    else ptx::wgmma_m64n32k16_bf16_ss(acc, q_descriptor + step, k_descriptor + step, kk > 0);
+  }
+  ptx::wgmma_commit();
+  ptx::wgmma_wait_all();
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) ptx::fence_operand(acc[i]);
+}
+
 // kDimSplit (1, 2 or 4): blocks per (row, head tile, chunk), each owning 512 / kDimSplit output dims.
 // kClusterMerge: launched in clusters of num_splits (2..16) blocks, the chunks of one (row, head tile,
 // part); they merge through distributed shared memory (merge_in_cluster) instead of float32 partials
@@ -579,19 +600,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
         // The scorer: S = Q·Kᵀ for all 64 candidates. d[4j+i]: head frag_row + 8·(i/2), candidate
         // 8j + 2·quad + i%2.
         float acc_s[32];
-#pragma unroll
-        for (int i = 0; i < 32; ++i) acc_s[i] = 0.0f;
-        const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile);
-        ptx::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kDim / 16; ++kk) {
-          const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
-          ptx::wgmma_m64n64k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
-        }
-        ptx::wgmma_commit();
-        ptx::wgmma_wait_all();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) ptx::fence_operand(acc_s[i]);
+        scores<64>(acc_s, q_descriptor, ptx::sw128_descriptor(tile));
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
         // Scores in base 2, masked; the block maximum per head over the quad (whole rows: no exchange).
         float block_max[2] = {-INFINITY, -INFINITY};
@@ -680,19 +689,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       // S = Q·Kᵀ for this consumer's 32 candidates (tile rows 32c .. 32c + 31, four swizzle atoms in).
       // k-step kk is slice kk / 4, byte offset 32·(kk mod 4) of its rows.
       float acc_s[16];  // d[4j+i]: head frag_row + 8·(i/2), candidate 32c + 8j + 2·quad + i%2
-  #pragma unroll
-      for (int i = 0; i < 16; ++i) acc_s[i] = 0.0f;
-      const std::uint64_t k_descriptor = ptx::sw128_descriptor(tile + consumer * W::kCandidatesPerConsumer * 128);
-      ptx::wgmma_fence();
-  #pragma unroll
-      for (int kk = 0; kk < kDim / 16; ++kk) {
-        const std::uint64_t step = static_cast<std::uint64_t>(((kk / 4) * W::kSliceBytes + (kk % 4) * 32) >> 4);
-        ptx::wgmma_m64n32k16_bf16_ss(acc_s, q_descriptor + step, k_descriptor + step, kk > 0);
-      }
-      ptx::wgmma_commit();
-      ptx::wgmma_wait_all();
-  #pragma unroll
-      for (int i = 0; i < 16; ++i) ptx::fence_operand(acc_s[i]);
+      scores<32>(acc_s, q_descriptor, ptx::sw128_descriptor(tile + consumer * W::kCandidatesPerConsumer * 128));
       DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
 
       // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
