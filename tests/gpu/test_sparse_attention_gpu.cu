@@ -501,6 +501,27 @@ struct SwitchScope {
 using AsymmetricScope = SwitchScope<&cuda::set_asymmetric_consumers>;
 using PairDecodeScope = SwitchScope<&cuda::set_pair_decode>;
 
+// Runs `p` with a kernel variant's switch (Scope) off, then on: the launch record `ran` must follow
+// the switch (a lost switch would compare a kernel with itself) and the bytes must not change;
+// `with_reference` also checks the variant against the CPU reference.
+template <class Scope>
+void expect_variant_keeps_bytes(const Problem& p, const SparseAttentionOptions& options, bool (*ran)(),
+                                const std::string& what, bool with_reference) {
+  Outputs without, with;
+  {
+    const Scope off(false);
+    without = p.run(Device::CUDA, options);
+    EXPECT_FALSE(ran()) << what << ": the variant ran with its switch off";
+  }
+  {
+    const Scope on(true);
+    with = p.run(Device::CUDA, options);
+    EXPECT_TRUE(ran()) << what << ": the switch did not reach the launch";
+  }
+  expect_same_bytes(with, without, what);
+  if (with_reference) expect_close(with, p.run(Device::CPU, options), what.c_str());
+}
+
 // The asymmetric consumers (one warpgroup computes S and P of all 64 candidates and hands P over)
 // give exactly the symmetric kernel's bytes: one chunk and split rows (workspace and cluster merge),
 // 1, 2 and 4 output parts (forced, also with clusters), padded heads, RoPE, missing slots, rows whose
@@ -533,19 +554,8 @@ TEST_F(SparseAttentionGpu, AsymmetricConsumersKeepBytes) {
     options.split_candidates = c.split;
     options.output_parts = c.parts;
     const ClusterMergeScope merge(c.merge);
-    Outputs symmetric, asymmetric;
-    {
-      const AsymmetricScope off(false);
-      symmetric = p.run(Device::CUDA, options);
-      EXPECT_FALSE(cuda::last_launch_asymmetric()) << what << ": asymmetric with the switch off";
-    }
-    {
-      const AsymmetricScope on(true);
-      asymmetric = p.run(Device::CUDA, options);
-      EXPECT_TRUE(cuda::last_launch_asymmetric()) << what << ": the switch did not reach the launch";
-    }
-    expect_same_bytes(asymmetric, symmetric, what + ": the asymmetric consumers");
-    if (c.rows <= 9) expect_close(asymmetric, p.run(Device::CPU, options), what.c_str());
+    expect_variant_keeps_bytes<AsymmetricScope>(p, options, &cuda::last_launch_asymmetric,
+                                                what + ": the asymmetric consumers", c.rows <= 9);
   }
 }
 
@@ -574,19 +584,8 @@ TEST_F(SparseAttentionGpu, PairDecodeKeepsBytes) {
     options.output_parts = 1;
     const AsymmetricScope asymmetric(true);
     const ClusterMergeScope merge(cuda::ClusterMerge::off);
-    Outputs single, paired;
-    {
-      const PairDecodeScope off(false);
-      single = p.run(Device::CUDA, options);
-      EXPECT_FALSE(cuda::last_launch_pair_decode()) << what << ": paired with the switch off";
-    }
-    {
-      const PairDecodeScope on(true);
-      paired = p.run(Device::CUDA, options);
-      EXPECT_TRUE(cuda::last_launch_pair_decode()) << what << ": the switch did not reach the launch";
-    }
-    expect_same_bytes(paired, single, what + ": the pair decode");
-    if (c.rows <= 12) expect_close(paired, p.run(Device::CPU, options), what.c_str());
+    expect_variant_keeps_bytes<PairDecodeScope>(p, options, &cuda::last_launch_pair_decode, what + ": the pair decode",
+                                                c.rows <= 12);
   }
   // Rows of several chunks where the cluster merge is asked for keep it (launch.cu): no pair.
   Problem p(rng, window, compressed, 12, 128, 128, 1024);
@@ -815,11 +814,18 @@ TEST_F(SparseAttentionGpu, SanitizeMergedChunks) {
   expect_matches_reference(p, options, "sanitize merged");
 }
 
-TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
-  const Pool window(rng, 64, 4), compressed(rng, 64, 8);
-  Problem p(rng, window, compressed, 2, 64, 128, 256);
+// The small problem of several sanitizer cases: 2 rows × `heads`, 128 window and 256 compressed slots
+// (10% missing), RoPE on.
+Problem sanitizer_problem(std::mt19937_64& rng, const Pool& window, const Pool& compressed, int heads) {
+  Problem p(rng, window, compressed, 2, heads, 128, 256);
   p.random_slots(rng, 0.1);
   p.random_rope(rng);
+  return p;
+}
+
+TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
+  const Pool window(rng, 64, 4), compressed(rng, 64, 8);
+  const Problem p = sanitizer_problem(rng, window, compressed, 64);
   SparseAttentionOptions options = chunked();
   options.split_candidates = 64;  // six chunks, one cluster per (row, part)
   const ClusterMergeScope on(cuda::ClusterMerge::forced);
@@ -830,9 +836,7 @@ TEST_F(SparseAttentionGpu, SanitizeClusterMerge) {
 // The other sanitizer cases run the default (asymmetric) kernel; this one the symmetric kernel.
 TEST_F(SparseAttentionGpu, SanitizeSymmetricConsumers) {
   const Pool window(rng, 64, 4), compressed(rng, 64, 8);
-  Problem p(rng, window, compressed, 2, 64, 128, 256);
-  p.random_slots(rng, 0.1);
-  p.random_rope(rng);
+  const Problem p = sanitizer_problem(rng, window, compressed, 64);
   SparseAttentionOptions options = chunked();
   options.split_candidates = 128;  // three chunks of two blocks
   const AsymmetricScope off(false);
@@ -842,9 +846,7 @@ TEST_F(SparseAttentionGpu, SanitizeSymmetricConsumers) {
 
 TEST_F(SparseAttentionGpu, SanitizePairDecode) {
   const Pool window(rng, 64, 4), compressed(rng, 64, 8);
-  Problem p(rng, window, compressed, 2, 128, 128, 256);
-  p.random_slots(rng, 0.1);
-  p.random_rope(rng);
+  const Problem p = sanitizer_problem(rng, window, compressed, 128);
   SparseAttentionOptions options = chunked();
   options.split_candidates = 128;  // three chunks of two blocks
   options.output_parts = 1;

@@ -417,6 +417,16 @@ __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32
   else ptx::wgmma_m64n64k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
 }
 
+// Two neighbouring candidates' probabilities exp2(s − max) of one head as a bf16x2 A-fragment word;
+// adds what P·V will use (the bf16-rounded values) to `sum`, low half first.
+__device__ __forceinline__ std::uint32_t probability_pair(float s0, float s1, float max_safe, float& sum) {
+  const std::uint32_t pr =
+      ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(s0, max_safe)), ptx::exp2_approx(__fsub_rn(s1, max_safe)));
+  sum = __fadd_rn(sum, __uint_as_float(pr << 16));
+  sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+  return pr;
+}
+
 // S = Q·Kᵀ of kN candidates (the K tile rows `k_descriptor` starts at) over the 512 dims: 32 wgmma
 // k-steps from shared memory, waited. acc[4j+i]: head frag_row + 8·(i/2), candidate 8j + 2·quad + i%2.
 template <int kN>
@@ -633,13 +643,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const std::uint32_t pr =
-                ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
-                                 ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
-            a[4 * (j / 2) + 2 * (j % 2) + half] = pr;
-            float& sum = block_sum[j / 4][half];
-            sum = __fadd_rn(sum, __uint_as_float(pr << 16));
-            sum = __fadd_rn(sum, __uint_as_float(pr & 0xffff0000u));
+            a[4 * (j / 2) + 2 * (j % 2) + half] =
+                probability_pair(acc_s[4 * j + 2 * half], acc_s[4 * j + 2 * half + 1], max_safe[half], block_sum[j / 4][half]);
           }
         }
 #pragma unroll
@@ -731,13 +736,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       for (int j = 0; j < 4; ++j) {
   #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const std::uint32_t pr =
-              ptx::pack_bf16x2(ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half], max_safe[half])),
-                               ptx::exp2_approx(__fsub_rn(acc_s[4 * j + 2 * half + 1], max_safe[half])));
-          own[4 * (j / 2) + 2 * (j % 2) + half] = pr;
-          // Sum what P·V will use: the bf16-rounded probabilities.
-          block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr << 16));
-          block_sum[half] = __fadd_rn(block_sum[half], __uint_as_float(pr & 0xffff0000u));
+          own[4 * (j / 2) + 2 * (j % 2) + half] =
+              probability_pair(acc_s[4 * j + 2 * half], acc_s[4 * j + 2 * half + 1], max_safe[half], block_sum[half]);
         }
       }
       // The other consumer's thread ctid needs exactly these fragments (same heads, same lanes).
