@@ -86,7 +86,8 @@ struct VariantSwitch {
   }
 };
 VariantSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", true};
-VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", true};
+// Off by default until the epilogue fix of 2026-11-30 (wgmma_kernel.cuh, kPairDecode) has run on a GPU.
+VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", false};
 }  // namespace
 
 bool asymmetric_consumers() { return asymmetric_switch.get(); }

@@ -24,8 +24,8 @@
 // The default since the sixth session is kAsymmetric (below): consumer 0 alone computes S and P of all
 // 64 candidates and hands P to consumer 1 (mbarriers instead of the named barrier "full" and the two
 // exchanges); the symmetric division above stays as the A/B variant (DSV4_ATTENTION_ASYMMETRIC=0).
-// For 64 < H ≤ 128 (without an output-dim split) the row's two head tiles also share the decode of
-// each K block as a 2-CTA cluster (kPairDecode; DSV4_ATTENTION_PAIR_DECODE=0 turns it off).
+// For 64 < H ≤ 128 (without an output-dim split) the row's two head tiles can also share the decode
+// of each K block as a 2-CTA cluster (kPairDecode; DSV4_ATTENTION_PAIR_DECODE=1 turns it on).
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
 // kernel's functions (kernel.cuh), so the batch invariance argument is unchanged; the 64-head tile
 // is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
@@ -792,12 +792,9 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kPvDone)));
     if (it + 2 < num_live) hand_over.release(stage, lane);  // a producer waits for it (never for a later one)
   }
-  // kPairDecode: nothing of this CTA reaches the peer any more; count in for the exit barrier, which
-  // every consumer waits on just before it returns (the peer's shared memory outlives our accesses).
+  // kPairDecode: nothing of this CTA reaches the peer any more; count in for the pair's barrier,
+  // which the consumers wait on before the epilogue reuses the K tiles (below).
   if constexpr (kPairDecode) ptx::cluster_arrive();
-  const auto leave = [] {
-    if constexpr (kPairDecode) ptx::cluster_wait();
-  };
 
   DSV4_TIMELINE(timeline::mark(timeline::kEpilogueStart + consumer));
   // Both candidate halves' sums, added in a fixed order (the same bits in both consumers).
@@ -843,6 +840,12 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     DSV4_TIMELINE(timeline::mark_end(consumer));
     return;
   }
+  // kPairDecode: this CTA's last bulk copies may still be reading its K tiles (their completion is
+  // counted on the peer's barrier only); the peer's consumers arrive after their last tile wait, which
+  // needed those copies, so once the pair's barrier opens the tiles are free for the staging below
+  // (and the peer's shared memory outlives every access of ours). Found by review; not yet run on a
+  // GPU at the time of writing (notes §21).
+  if constexpr (kPairDecode) ptx::cluster_wait();
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
     // Through shared memory (StagedRows): the Q and K tiles are free, both consumers passed their last
     // P·V wait before the barrier above.
@@ -873,7 +876,6 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       return reinterpret_cast<std::uint8_t*>(p.out + (out_row + head0 + r) * kDim + dim_first);
     });
     DSV4_TIMELINE(timeline::mark_end(consumer));
-    leave();
     return;
   }
 
@@ -903,7 +905,6 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   });
   if (!last_to_arrive(p, row, head0, s_is_last, ConsumerSync{}, part)) {
     DSV4_TIMELINE(timeline::mark_end(consumer));
-    leave();
     return;
   }
   merge_chunks<kHeadTile, W::kConsumerThreads>(p, row, head0, reinterpret_cast<float*>(smem),
@@ -911,7 +912,6 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
                                                part * kPartDims, kPartDims, part == 0);
   reset_arrivals(p, row, head0, part);
   DSV4_TIMELINE(timeline::mark_end(consumer));
-  leave();
 }
 
 }  // namespace dsv4::cuda::sparse_attention
