@@ -34,15 +34,7 @@ namespace {
 
 constexpr std::int64_t kHuge = std::int64_t{1} << 40;  // two of these overflow int64 as a product
 
-// Runs `call`; it must throw Error whose argument() is `argument`.
-void expect_error(const std::string& argument, const std::function<void()>& call) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one naming " << argument;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using testing::expect_error;
 
 template <class T> std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
   const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());

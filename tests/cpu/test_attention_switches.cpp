@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <functional>
 #include <string>
 
-#include "dsv4/error.hpp"
+#include "testing/testing.hpp"
 #if DSV4_WITH_CUDA
 #include "cuda/sparse_attention/params.hpp"
 #endif
@@ -18,21 +17,13 @@ namespace {
 
 #if DSV4_WITH_CUDA
 
-// `call` must throw Error naming `argument`.
-void expect_error_naming(const std::string& argument, const std::function<void()>& call) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one naming " << argument;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(AttentionSwitches, PairDecodeIsOffByDefaultValidatedAndReadOnce) {
   constexpr const char* kVariable = "DSV4_ATTENTION_PAIR_DECODE";
   ASSERT_EQ(setenv(kVariable, "yes", 1), 0);
-  expect_error_naming(kVariable, [] { cuda::pair_decode(); });
-  expect_error_naming(kVariable, [] { cuda::pair_decode(); });  // an invalid value is not kept
+  expect_error(kVariable, [] { cuda::pair_decode(); });
+  expect_error(kVariable, [] { cuda::pair_decode(); });  // an invalid value is not kept
   ASSERT_EQ(setenv(kVariable, "1", 1), 0);
   EXPECT_TRUE(cuda::pair_decode());
   ASSERT_EQ(setenv(kVariable, "0", 1), 0);
@@ -51,7 +42,7 @@ TEST(AttentionSwitches, PairDecodeDefaultsToOff) {
 TEST(AttentionSwitches, AsymmetricConsumersDefaultToOnAndValidate) {
   constexpr const char* kVariable = "DSV4_ATTENTION_ASYMMETRIC";
   ASSERT_EQ(setenv(kVariable, "on", 1), 0);
-  expect_error_naming(kVariable, [] { cuda::asymmetric_consumers(); });
+  expect_error(kVariable, [] { cuda::asymmetric_consumers(); });
   ASSERT_EQ(unsetenv(kVariable), 0);
   EXPECT_TRUE(cuda::asymmetric_consumers());
   EXPECT_TRUE(cuda::set_asymmetric_consumers(false));
@@ -66,7 +57,7 @@ TEST(AttentionSwitches, AsymmetricConsumersOffFromTheEnvironment) {
 TEST(AttentionSwitches, ClusterMergeModesAndValidation) {
   constexpr const char* kVariable = "DSV4_ATTENTION_CLUSTER_MERGE";
   ASSERT_EQ(setenv(kVariable, "2", 1), 0);
-  expect_error_naming(kVariable, [] { cuda::cluster_merge(); });
+  expect_error(kVariable, [] { cuda::cluster_merge(); });
   ASSERT_EQ(setenv(kVariable, "1", 1), 0);
   EXPECT_EQ(cuda::cluster_merge(), cuda::ClusterMerge::forced);
   EXPECT_EQ(cuda::set_cluster_merge(cuda::ClusterMerge::off), cuda::ClusterMerge::forced);

@@ -406,14 +406,7 @@ TEST(Layer, RollbackBeyondItsLimitIsRefused) {
 
 // ---- errors --------------------------------------------------------------------------------------
 
-void expect_error(const std::function<void()>& call, const std::string& argument) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one naming " << argument;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), argument) << e.what();
-  }
-}
+using testing::expect_error;
 
 TEST(Layer, InvalidStepsAreRefusedAndLeaveTheStateUntouched) {
   std::mt19937_64 rng(testing::fresh_seed());
@@ -433,22 +426,22 @@ TEST(Layer, InvalidStepsAreRefusedAndLeaveTheStateUntouched) {
   std::vector<std::int32_t> topk(10 * K), ints(10 * D);
   const TensorView xv = f32(xs, {10, D}), yv = f32(y, {10, D});
 
-  expect_error([&] { layer.forward(r, f32(bad, {10, D + 1}), {yv}); }, "x");
-  expect_error([&] { layer.forward(r, TensorView{ints.data(), DType::I32, {10, D}, Device::CPU}, {yv}); }, "x");
-  expect_error([&] { layer.forward(r, xv, {f32(bad, {10, D + 1})}); }, "y");
-  expect_error([&] { layer.forward(r, xv, {yv, f32(attn, {10, H, d - 1})}); }, "attn");
-  expect_error([&] { layer.forward(r, xv, {yv, {}, TensorView{topk.data(), DType::I32, {9, K}, Device::CPU}}); },
-               "topk");
-  expect_error([&] { layer.forward(r, TensorView{xs.data(), DType::F32, {10, D}, Device::CUDA}, {yv}); }, "x");
-  expect_error([&] { layer.forward(r + 1, xv, {yv}); }, "batch[0]");
+  expect_error("x", [&] { layer.forward(r, f32(bad, {10, D + 1}), {yv}); });
+  expect_error("x", [&] { layer.forward(r, TensorView{ints.data(), DType::I32, {10, D}, Device::CPU}, {yv}); });
+  expect_error("y", [&] { layer.forward(r, xv, {f32(bad, {10, D + 1})}); });
+  expect_error("attn", [&] { layer.forward(r, xv, {yv, f32(attn, {10, H, d - 1})}); });
+  expect_error("topk",
+               [&] { layer.forward(r, xv, {yv, {}, TensorView{topk.data(), DType::I32, {9, K}, Device::CPU}}); });
+  expect_error("x", [&] { layer.forward(r, TensorView{xs.data(), DType::F32, {10, D}, Device::CUDA}, {yv}); });
+  expect_error("batch[0]", [&] { layer.forward(r + 1, xv, {yv}); });
   const LayerStepRequest twice[2] = {{r, 5}, {r, 5}};
-  expect_error([&] { layer.forward(twice, xv, {yv}); }, "batch[1]");
+  expect_error("batch[1]", [&] { layer.forward(twice, xv, {yv}); });
   const LayerStepRequest negative[2] = {{r, 11}, {r + 1, -1}};
   const int r2 = layer.open_request();
-  expect_error([&] { layer.forward(negative, xv, {yv}); }, "batch[1]");
+  expect_error("batch[1]", [&] { layer.forward(negative, xv, {yv}); });
   layer.close_request(r2);
   std::vector<float> long_x(static_cast<std::size_t>((T - 49) * D)), long_y(long_x.size());
-  expect_error([&] { layer.forward(r, f32(long_x, {T - 49, D}), {f32(long_y, {T - 49, D})}); }, "batch[0]");
+  expect_error("batch[0]", [&] { layer.forward(r, f32(long_x, {T - 49, D}), {f32(long_y, {T - 49, D})}); });
   EXPECT_EQ(layer.tokens(r), 50);
 
   const Outputs rest = run_chunks(layer, r, std::vector<float>(x.begin() + 50 * D, x.end()), {1, 39});
@@ -462,22 +455,22 @@ TEST(Layer, ConstructionChecksWeightsAndOptions) {
   const LayerWeights w = tiny_weights(kHca, rng());
   ModelConfig other = tiny();
   other.compress_rope_theta *= 2;  // the weights' layer config no longer matches
-  expect_error([&] { AttentionLayer{other, w}; }, "weights");
+  expect_error("weights", [&] { AttentionLayer{other, w}; });
   LayerOptions options;
   options.max_requests = 0;
-  expect_error([&] { AttentionLayer{tiny(), w, options}; }, "max_requests");
+  expect_error("max_requests", [&] { AttentionLayer{tiny(), w, options}; });
   options = {};
   options.max_tokens = tiny().max_positions + 1;
-  expect_error([&] { AttentionLayer{tiny(), w, options}; }, "max_tokens");
+  expect_error("max_tokens", [&] { AttentionLayer{tiny(), w, options}; });
   options = {};
   options.threads = 0;
-  expect_error([&] { AttentionLayer{tiny(), w, options}; }, "threads");
+  expect_error("threads", [&] { AttentionLayer{tiny(), w, options}; });
 
   AttentionLayer layer(tiny(), w);
   const int r = layer.open_request();
-  expect_error([&] { layer.open_request(); }, "max_requests");
+  expect_error("max_requests", [&] { layer.open_request(); });
   layer.close_request(r);
-  expect_error([&] { layer.close_request(r); }, "request");
+  expect_error("request", [&] { layer.close_request(r); });
   EXPECT_EQ(layer.open_request(), r);
 }
 

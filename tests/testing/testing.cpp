@@ -9,6 +9,8 @@
 #include <iostream>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include "dsv4/error.hpp"
 
 namespace dsv4::testing {
@@ -82,6 +84,15 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   }
   if (a.size() != b.size()) return INFINITY;
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+void expect_error(const std::string& argument, const std::function<void()>& call) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one naming " << argument;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), argument) << e.what();
+  }
 }
 
 }  // namespace dsv4::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ int run_command(const std::string& command, std::string* output = nullptr);
 // The RoPE table of the published compressed layers (ratio 4 / 128: base 160000 with YaRN), taken
 // from the flash preset so the tests never restate the published values.
 RopeConfig published_compressed_rope();
+
+// Runs `call`, which must throw dsv4::Error whose argument() is `argument` (a gtest failure otherwise).
+void expect_error(const std::string& argument, const std::function<void()>& call);
 
 // Relative L2 error ‖a − b‖ / ‖b‖ (b is the reference).
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b);
