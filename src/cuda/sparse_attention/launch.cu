@@ -21,82 +21,65 @@
 namespace dsv4::cuda {
 
 namespace {
-std::atomic<int> cluster_merge_override{-1};  // −1: from the environment, else a ClusterMerge
-std::atomic<bool> last_merged_in_cluster{false};
-
-ClusterMerge environment_mode() {
-  static const ClusterMerge mode = [] {
-    const char* value = std::getenv("DSV4_ATTENTION_CLUSTER_MERGE");
-    if (value == nullptr) return ClusterMerge::automatic;
-    if (std::strcmp(value, "0") == 0) return ClusterMerge::off;
-    if (std::strcmp(value, "1") == 0) return ClusterMerge::forced;
-    throw Error("DSV4_ATTENTION_CLUSTER_MERGE", std::string("must be 0 (off) or 1 (forced), or unset (automatic); got '") +
-                                                    value + "'");
-  }();
-  return mode;
-}
-}  // namespace
-
-bool last_launch_merged_in_cluster() { return last_merged_in_cluster.load(std::memory_order_relaxed); }
-void note_cluster_merge_launch(bool merged_in_cluster) {
-  last_merged_in_cluster.store(merged_in_cluster, std::memory_order_relaxed);
-}
-
-ClusterMerge cluster_merge() {
-  const int set = cluster_merge_override.load(std::memory_order_relaxed);
-  return set >= 0 ? static_cast<ClusterMerge>(set) : environment_mode();
-}
-
-ClusterMerge set_cluster_merge(ClusterMerge mode) {
-  const int before = cluster_merge_override.exchange(static_cast<int>(mode));
-  return before >= 0 ? static_cast<ClusterMerge>(before) : environment_mode();
-}
-
-int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
-
-namespace {
-// A process-wide kernel-variant switch: from `variable` ("0" or "1", read once; unset = `default_on`;
-// another value throws Error naming it, and is read again next time) unless set() overrode it;
-// `last` records whether the last launch ran the variant.
-struct VariantSwitch {
+// A process-wide kernel-variant switch: the value `set` gave, else the environment variable's —
+// "0" → 0, "1" → `one`, unset → `unset` (a valid value is read once; another one throws Error naming
+// the variable, `expected` saying what it takes, and is read again next time); `last` records
+// whether the last launch ran the variant.
+struct EnvironmentSwitch {
   const char* variable;
-  bool default_on;
+  const char* expected;
+  int one;
+  int unset;
   std::atomic<int> override_value{-1};  // −1: from the environment
   std::atomic<int> environment{-1};     // −1: not read yet
   std::atomic<bool> last{false};
 
-  bool get() {
+  int get() {
     const int set = override_value.load(std::memory_order_relaxed);
-    if (set >= 0) return set != 0;
+    if (set >= 0) return set;
     int value = environment.load(std::memory_order_relaxed);
     if (value < 0) {
       const char* text = std::getenv(variable);
-      if (text == nullptr) value = default_on ? 1 : 0;
+      if (text == nullptr) value = unset;
       else if (std::strcmp(text, "0") == 0) value = 0;
-      else if (std::strcmp(text, "1") == 0) value = 1;
-      else throw Error(variable, std::string("must be 0 or 1; got '") + text + "'");
+      else if (std::strcmp(text, "1") == 0) value = one;
+      else throw Error(variable, std::string("must be ") + expected + "; got '" + text + "'");
       environment.store(value, std::memory_order_relaxed);
     }
-    return value != 0;
+    return value;
   }
-  bool set(bool on) {
-    const bool before = get();
-    override_value.store(on ? 1 : 0, std::memory_order_relaxed);
+  int set(int value) {
+    const int before = get();
+    override_value.store(value, std::memory_order_relaxed);
     return before;
   }
 };
-VariantSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", true};
+EnvironmentSwitch cluster_merge_switch{"DSV4_ATTENTION_CLUSTER_MERGE", "0 (off) or 1 (forced), or unset (automatic)",
+                                       static_cast<int>(ClusterMerge::forced), static_cast<int>(ClusterMerge::automatic)};
+EnvironmentSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", "0 or 1", 1, 1};
 // Off by default until the epilogue fix of 2026-11-30 (wgmma_kernel.cuh, kPairDecode) has run on a GPU.
-VariantSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", false};
+EnvironmentSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", "0 or 1", 1, 0};
+static_assert(static_cast<int>(ClusterMerge::off) == 0, "\"0\" is off");
 }  // namespace
 
-bool asymmetric_consumers() { return asymmetric_switch.get(); }
-bool set_asymmetric_consumers(bool on) { return asymmetric_switch.set(on); }
+ClusterMerge cluster_merge() { return static_cast<ClusterMerge>(cluster_merge_switch.get()); }
+ClusterMerge set_cluster_merge(ClusterMerge mode) {
+  return static_cast<ClusterMerge>(cluster_merge_switch.set(static_cast<int>(mode)));
+}
+bool last_launch_merged_in_cluster() { return cluster_merge_switch.last.load(std::memory_order_relaxed); }
+void note_cluster_merge_launch(bool merged_in_cluster) {
+  cluster_merge_switch.last.store(merged_in_cluster, std::memory_order_relaxed);
+}
+
+int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
+
+bool asymmetric_consumers() { return asymmetric_switch.get() != 0; }
+bool set_asymmetric_consumers(bool on) { return asymmetric_switch.set(on ? 1 : 0) != 0; }
 bool last_launch_asymmetric() { return asymmetric_switch.last.load(std::memory_order_relaxed); }
 void note_asymmetric_launch(bool asymmetric) { asymmetric_switch.last.store(asymmetric, std::memory_order_relaxed); }
 
-bool pair_decode() { return pair_decode_switch.get(); }
-bool set_pair_decode(bool on) { return pair_decode_switch.set(on); }
+bool pair_decode() { return pair_decode_switch.get() != 0; }
+bool set_pair_decode(bool on) { return pair_decode_switch.set(on ? 1 : 0) != 0; }
 bool last_launch_pair_decode() { return pair_decode_switch.last.load(std::memory_order_relaxed); }
 void note_pair_decode_launch(bool paired) { pair_decode_switch.last.store(paired, std::memory_order_relaxed); }
 
