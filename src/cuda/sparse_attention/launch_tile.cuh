@@ -17,22 +17,6 @@
 
 namespace dsv4::cuda::sparse_attention {
 
-// Launches `kernel` (one instantiation, shared memory configured once per process) over `blocks`.
-template <class Kernel>
-void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks, const SparseAttentionParams& params,
-                   cudaStream_t stream) {
-  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(params);
-  check_cuda(cudaGetLastError(), "sparse attention launch failed");
-}
-
-// The opt-in shared memory size is a per-function attribute: set once per instantiation.
-template <class Kernel>
-void reserve_shared_memory(Kernel kernel, int smem_bytes) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-             "cannot reserve shared memory for sparse attention");
-}
-
 // A launch of `grid` blocks in clusters of `size`; the cluster attribute lives in `attribute`.
 inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_bytes, int size, cudaStream_t stream,
                                          cudaLaunchAttribute& attribute) {
@@ -48,6 +32,30 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_by
   config.attrs = &attribute;
   config.numAttrs = 1;
   return config;
+}
+
+// Launches `kernel` (one instantiation, shared memory configured once per process) over `blocks`,
+// in clusters of `cluster_size` consecutive blocks when it is above 1.
+template <class Kernel>
+void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks, const SparseAttentionParams& params,
+                   cudaStream_t stream, int cluster_size = 1) {
+  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
+  if (cluster_size == 1) {
+    kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(params);
+    check_cuda(cudaGetLastError(), "sparse attention launch failed");
+    return;
+  }
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config =
+      cluster_config(static_cast<unsigned>(blocks), threads, smem_bytes, cluster_size, stream, attribute);
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention cluster launch failed");
+}
+
+// The opt-in shared memory size is a per-function attribute: set once per instantiation.
+template <class Kernel>
+void reserve_shared_memory(Kernel kernel, int smem_bytes) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "cannot reserve shared memory for sparse attention");
 }
 
 // A cluster kernel's one-time setup: its dynamic shared memory, and cluster sizes above 8
@@ -107,35 +115,25 @@ int kernel_registers(Kernel kernel) {
   return attributes.numRegs;
 }
 
-// The pair decode (wgmma_kernel.cuh, kPairDecode): the two 64-head tiles of each (row, chunk) as one
-// 2-CTA cluster sharing the decode; `blocks` = rows × 2 tiles × chunks, in that cluster order.
-inline void launch_wgmma_pair(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, 1, false, true, true>;
-  static const bool prepared = (prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes), true);
-  (void)prepared;
-  static const int registers = kernel_registers(kernel);
-  check_register_split(registers);
-  if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(blocks), WgmmaPlan::kThreads,
-                                                   WgmmaPlan::kSmemBytes, 2, stream, attribute);
-  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention pair launch failed");
-  note_pair_decode_launch(true);
-  note_asymmetric_launch(true);
-}
-
 // The 64-head tile on warpgroup MMA (wgmma_kernel.cuh), each (row, head tile, chunk) in kDimSplit
-// output-dim parts; with kClusterMerge the chunks of each (row, tile, part) form one cluster.
-template <int kDimSplit, bool kClusterMerge, bool kAsymmetric>
+// output-dim parts; with kClusterMerge the chunks of each (row, tile, part) form one cluster; with
+// kPairDecode the two 64-head tiles of each (row, chunk) form one 2-CTA cluster sharing the decode
+// (`blocks` = rows × 2 tiles × chunks, in that cluster order).
+template <int kDimSplit, bool kClusterMerge, bool kAsymmetric, bool kPairDecode = false>
 void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStream_t stream) {
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge, kAsymmetric>;
+  const auto kernel =
+      sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, kClusterMerge, kAsymmetric, kPairDecode>;
   // Cluster instantiations also allow sizes above 8 (each instantiation needs the attribute itself).
-  static const bool non_portable = kClusterMerge ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
-                                                 : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
+  static const bool non_portable = kClusterMerge || kPairDecode
+                                       ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
+                                       : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
   (void)non_portable;
   static const int registers = kernel_registers(kernel);
   check_register_split(registers);
-  if constexpr (kClusterMerge) {
+  if constexpr (kPairDecode) {
+    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks, params, stream, 2);
+    note_pair_decode_launch(true);
+  } else if constexpr (kClusterMerge) {
     const int size = params.num_splits;
     static const int sms = multiprocessor_count();
     const int at_once = wgmma_clusters_at_once(size);
@@ -151,11 +149,7 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
     SparseAttentionParams clustered = params;
     clustered.order_group = 1;
-    if (blocks * kDimSplit > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-    cudaLaunchAttribute attribute;
-    const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(blocks * kDimSplit), WgmmaPlan::kThreads,
-                                                     WgmmaPlan::kSmemBytes, size, stream, attribute);
-    check_cuda(cudaLaunchKernelEx(&config, kernel, clustered), "sparse attention cluster launch failed");
+    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, clustered, stream, size);
     note_cluster_merge_launch(true);
   } else {
     launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
@@ -176,7 +170,7 @@ void launch_tile(const SparseAttentionParams& params, cudaStream_t stream) {
       }
     };
     if (params.pair_decode) {
-      launch_wgmma_pair(params, blocks, stream);
+      launch_wgmma<1, false, true, true>(params, blocks, stream);
     } else if (params.asymmetric) {
       if (params.cluster_merge) launch.template operator()<true, true>();
       else launch.template operator()<false, true>();
