@@ -261,7 +261,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       // full[stage] together with its expect_tx arrival.
       store_entry_share(share[0], tile, first_share + ptid);
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
-      ptx::fence_proxy_async_shared();  // these stores before the copy engine's reads of them
+      ptx::fence_proxy_async_shared();  // these stores before the copy engine's and the tensor cores' reads
       ptx::barrier_sync(W::kProducerBarrier, W::kProducerThreads);
       if (ptid == 0) {
         const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
@@ -279,8 +279,8 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
         store_entry_share(share[pass], tile, pass * W::kProducerThreads + ptid);
         DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
       }
+      ptx::fence_proxy_async_shared();  // these stores before the tensor cores' reads of them
     }
-    ptx::fence_proxy_async_shared();
     DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
     hand_over.arrive_full(stage);
     // The L2 prefetch of block it + 2 after the tile is handed over, off the path from this block's
@@ -427,6 +427,58 @@ __device__ __forceinline__ std::uint32_t probability_pair(float s0, float s1, fl
   return pr;
 }
 
+// Scores of kN candidates into base 2, invalid ones to −∞ (`valid_words`: the block's validity bits
+// from this thread's first candidate word on, 32 candidates a word), and their maximum per row half
+// over the quad (the four lanes that hold a row).
+template <int kN>
+__device__ __forceinline__ void mask_scores(float (&acc)[kN / 2], const std::uint32_t* valid_words, int quad,
+                                            float scale_log2, float (&row_max)[2]) {
+  row_max[0] = row_max[1] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const std::uint32_t valid_bits = valid_words[j / 4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float& s = acc[4 * j + i];
+      s = (valid_bits >> (8 * (j % 4) + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, scale_log2) : -INFINITY;
+      row_max[i / 2] = fmaxf(row_max[i / 2], s);
+    }
+  }
+}
+
+// The quad's (the four lanes holding a row) maximum and sum.
+__device__ __forceinline__ float quad_max(float m) {
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  return fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+}
+__device__ __forceinline__ float quad_sum(float s) {
+  s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
+  return __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
+}
+
+// The running maximum of a row after a block whose maximum is `block_max`: the exponent offset of
+// this block's probabilities (`max_safe`, 0 while nothing is valid) and the factor the running O
+// and sums take.
+__device__ __forceinline__ void advance_max(float& run_max, float block_max, float& max_safe, float& rescale) {
+  const float new_max = fmaxf(run_max, block_max);
+  max_safe = new_max == -INFINITY ? 0.0f : new_max;
+  rescale = ptx::exp2_approx(__fsub_rn(run_max, max_safe));
+  run_max = new_max;
+}
+
+// O ·= rescale per row half, skipped when the whole warp's factors are 1 (x·1 = x exactly: no bit
+// changes).
+template <int kValues>
+__device__ __forceinline__ void rescale_output(float (&acc_o)[kValues], const float (&rescale)[2]) {
+  bool any_rescale = false;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) any_rescale |= rescale[half] != 1.0f;
+  if (__any_sync(0xffffffffu, any_rescale)) {
+#pragma unroll
+    for (int i = 0; i < kValues; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
+  }
+}
+
 // S = Q·Kᵀ of kN candidates (the K tile rows `k_descriptor` starts at) over the 512 dims: 32 wgmma
 // k-steps from shared memory, waited. acc[4j+i]: head frag_row + 8·(i/2), candidate 8j + 2·quad + i%2.
 template <int kN>
@@ -452,7 +504,7 @@ __device__ __forceinline__ void scores(float (&acc)[kN / 2], std::uint64_t q_des
 // kClusterMerge: launched in clusters of num_splits (2..16) blocks, the chunks of one (row, head tile,
 // part); they merge through distributed shared memory (merge_in_cluster) instead of float32 partials
 // in global memory, with the same arithmetic in the same order: the same bytes.
-// kAsymmetric (switch DSV4_ATTENTION_ASYMMETRIC=1): consumer 0, the scorer, computes S of all 64
+// kAsymmetric (the default; DSV4_ATTENTION_ASYMMETRIC=0 turns it off): consumer 0, the scorer, computes S of all 64
 // candidates of a block (m64n64k16: K read once, not by both consumers), the row maxima by shuffles
 // alone and P, and hands P and the rescale to consumer 1, the follower, through shared memory (one
 // way: the scorer's S of block it + 1 overlaps the follower's P·V of block it); each still does the P·V
@@ -613,28 +665,12 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
         scores<64>(acc_s, q_descriptor, ptx::sw128_descriptor(tile));
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
         // Scores in base 2, masked; the block maximum per head over the quad (whole rows: no exchange).
-        float block_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const std::uint32_t valid_bits = s_valid[2 * block + j / 4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float& s = acc_s[4 * j + i];
-            s = (valid_bits >> (8 * (j % 4) + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
-            block_max[i / 2] = fmaxf(block_max[i / 2], s);
-          }
-        }
+        float block_max[2];
+        mask_scores<64>(acc_s, s_valid + 2 * block, quad, p.score_scale_log2, block_max);
         float max_safe[2];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float m = block_max[half];
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          const float new_max = fmaxf(run_max[half], m);
-          max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
-          rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
-          run_max[half] = new_max;
-        }
+        for (int half = 0; half < 2; ++half)
+          advance_max(run_max[half], quad_max(block_max[half]), max_safe[half], rescale[half]);
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
         // P in bf16 (fragment 4·(j/2) + 2·(j%2) + half from score n-tile j); each candidate half's sum
         // in the symmetric kernel's order.
@@ -644,18 +680,15 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             a[4 * (j / 2) + 2 * (j % 2) + half] =
-                probability_pair(acc_s[4 * j + 2 * half], acc_s[4 * j + 2 * half + 1], max_safe[half], block_sum[j / 4][half]);
+                probability_pair(acc_s[4 * j + 2 * half], acc_s[4 * j + 2 * half + 1], max_safe[half],
+                                 block_sum[j / 4][half]);
           }
         }
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float sum = block_sum[c][half];
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-            scorer_sum[c][half] = __fmaf_rn(scorer_sum[c][half], rescale[half], sum);
-          }
+          for (int half = 0; half < 2; ++half)
+            scorer_sum[c][half] = __fmaf_rn(scorer_sum[c][half], rescale[half], quad_sum(block_sum[c][half]));
         }
         // Hand P and the rescale over once the follower has read the previous block's.
         if (it > 0) ptx::mbarrier_wait(s_prob_read, (it - 1) & 1);
@@ -680,13 +713,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
         ptx::mbarrier_arrive(s_prob_read);  // (after the last block nobody waits: harmless)
         DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
       }
-      bool any_rescale = false;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) any_rescale |= rescale[half] != 1.0f;
-      if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
-#pragma unroll
-        for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
-      }
+      rescale_output(acc_o, rescale);
 #pragma unroll
       for (int f = 0; f < 16; ++f) ptx::fence_operand(a[f]);
       DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kSoftmaxDone)));
@@ -698,71 +725,47 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
       DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kScoresDone)));
 
       // Scores in base 2, masked; this half's maximum per head (over the quad), then both halves'.
-      const std::uint32_t valid_bits = s_valid[2 * block + consumer];
-      float half_max[2] = {-INFINITY, -INFINITY};
-  #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-  #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float& s = acc_s[4 * j + i];
-          s = (valid_bits >> (8 * j + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, p.score_scale_log2) : -INFINITY;
-          half_max[i / 2] = fmaxf(half_max[i / 2], s);
-        }
-      }
-  #pragma unroll
+      float half_max[2];
+      mask_scores<32>(acc_s, s_valid + 2 * block + consumer, quad, p.score_scale_log2, half_max);
+#pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float m = half_max[half];
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m = quad_max(half_max[half]);
         if (quad == 0) s_row_max[consumer * kHeadTile + frag_row + 8 * half] = m;
       }
       ConsumerSync{}();
       DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kMaxDone)));
       float max_safe[2], rescale[2];
-  #pragma unroll
+#pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = frag_row + 8 * half;
-        const float block_max = fmaxf(s_row_max[r], s_row_max[kHeadTile + r]);
-        const float new_max = fmaxf(run_max[half], block_max);
-        max_safe[half] = new_max == -INFINITY ? 0.0f : new_max;
-        rescale[half] = ptx::exp2_approx(__fsub_rn(run_max[half], max_safe[half]));
-        run_max[half] = new_max;
+        advance_max(run_max[half], fmaxf(s_row_max[r], s_row_max[kHeadTile + r]), max_safe[half], rescale[half]);
       }
       // P in bf16 as the A fragments of P·V: this consumer's candidates are k16 steps 2c and 2c + 1;
       // fragment 4·(j/2) + 2·(j%2) + half of them comes from score n-tile j, head frag_row + 8·half.
       std::uint32_t own[8], other[8];
       float block_sum[2] = {0.0f, 0.0f};
-  #pragma unroll
+#pragma unroll
       for (int j = 0; j < 4; ++j) {
-  #pragma unroll
+#pragma unroll
         for (int half = 0; half < 2; ++half) {
           own[4 * (j / 2) + 2 * (j % 2) + half] =
               probability_pair(acc_s[4 * j + 2 * half], acc_s[4 * j + 2 * half + 1], max_safe[half], block_sum[half]);
         }
       }
       // The other consumer's thread ctid needs exactly these fragments (same heads, same lanes).
-  #pragma unroll
+#pragma unroll
       for (int f = 0; f < 8; ++f) s_prob[(consumer * 8 + f) * 128 + ctid] = own[f];
-      bool any_rescale = false;
-  #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float sum = block_sum[half];
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-        run_sum[half] = __fmaf_rn(run_sum[half], rescale[half], sum);
-        any_rescale |= rescale[half] != 1.0f;
-      }
-      if (__any_sync(0xffffffffu, any_rescale)) {  // x·1 = x exactly: skipping changes no bit
-  #pragma unroll
-        for (int i = 0; i < kConsumerDims / 2; ++i) acc_o[i] = __fmul_rn(acc_o[i], rescale[(i % 4) / 2]);
-      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        run_sum[half] = __fmaf_rn(run_sum[half], rescale[half], quad_sum(block_sum[half]));
+      rescale_output(acc_o, rescale);
       DSV4_TIMELINE(timeline::mark(timeline::consumer_word(it, consumer, timeline::kRescaleDone)));
       ConsumerSync{}();
-  #pragma unroll
+#pragma unroll
       for (int f = 0; f < 8; ++f) other[f] = s_prob[((1 - consumer) * 8 + f) * 128 + ctid];
       // The A fragments of the four k16 steps, in candidate order (chosen before the MMAs start, so no
       // instruction touches their registers while the warpgroup's MMAs are in flight).
-  #pragma unroll
+#pragma unroll
       for (int f = 0; f < 16; ++f) {
         a[f] = f / 8 == consumer ? own[f % 8] : other[f % 8];
         ptx::fence_operand(a[f]);
