@@ -192,12 +192,16 @@ void expect_matches_reference(const Problem& p, const SparseAttentionOptions& op
   expect_close(gpu, ref, what.c_str());
 }
 
-// Sets the cluster merge mode (process-wide) for a scope, then restores it.
-struct ClusterMergeScope {
-  cuda::ClusterMerge before;
-  explicit ClusterMergeScope(cuda::ClusterMerge mode) : before(cuda::set_cluster_merge(mode)) {}
-  ~ClusterMergeScope() { cuda::set_cluster_merge(before); }
+// Sets a process-wide launcher setting (`kSet` returns the setting before) for a scope, then restores it.
+template <class Value, Value (*kSet)(Value)>
+struct SettingScope {
+  Value before;
+  explicit SettingScope(Value value) : before(kSet(value)) {}
+  ~SettingScope() { kSet(before); }
 };
+using ClusterMergeScope = SettingScope<cuda::ClusterMerge, &cuda::set_cluster_merge>;
+using AsymmetricScope = SettingScope<bool, &cuda::set_asymmetric_consumers>;
+using PairDecodeScope = SettingScope<bool, &cuda::set_pair_decode>;
 
 class SparseAttentionGpu : public ::testing::Test {
  protected:
@@ -490,16 +494,6 @@ TEST_F(SparseAttentionGpu, ClusterMergeKeepsBytes) {
     if (c.rows <= 5) expect_close(in_cluster, p.run(Device::CPU, options), what.c_str());
   }
 }
-
-// Turns a process-wide kernel-variant switch (`kSet` returns the setting before) on or off for a scope.
-template <auto kSet>
-struct SwitchScope {
-  bool before;
-  explicit SwitchScope(bool on) : before(kSet(on)) {}
-  ~SwitchScope() { kSet(before); }
-};
-using AsymmetricScope = SwitchScope<&cuda::set_asymmetric_consumers>;
-using PairDecodeScope = SwitchScope<&cuda::set_pair_decode>;
 
 // Runs `p` with a kernel variant's switch (Scope) off, then on: the launch record `ran` must follow
 // the switch (a lost switch would compare a kernel with itself) and the bytes must not change;
