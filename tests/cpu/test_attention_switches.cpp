@@ -19,24 +19,24 @@ namespace {
 
 using testing::expect_error;
 
-TEST(AttentionSwitches, PairDecodeIsOffByDefaultValidatedAndReadOnce) {
+TEST(AttentionSwitches, PairDecodeIsValidatedAndReadOnce) {
   constexpr const char* kVariable = "DSV4_ATTENTION_PAIR_DECODE";
   ASSERT_EQ(setenv(kVariable, "yes", 1), 0);
   expect_error(kVariable, [] { cuda::pair_decode(); });
   expect_error(kVariable, [] { cuda::pair_decode(); });  // an invalid value is not kept
-  ASSERT_EQ(setenv(kVariable, "1", 1), 0);
-  EXPECT_TRUE(cuda::pair_decode());
   ASSERT_EQ(setenv(kVariable, "0", 1), 0);
-  EXPECT_TRUE(cuda::pair_decode()) << "a valid value is read once per process";
-  EXPECT_TRUE(cuda::set_pair_decode(false)) << "set_ returns the setting before the call";
   EXPECT_FALSE(cuda::pair_decode());
-  EXPECT_FALSE(cuda::set_pair_decode(true));
+  ASSERT_EQ(setenv(kVariable, "1", 1), 0);
+  EXPECT_FALSE(cuda::pair_decode()) << "a valid value is read once per process";
+  EXPECT_FALSE(cuda::set_pair_decode(true)) << "set_ returns the setting before the call";
   EXPECT_TRUE(cuda::pair_decode());
+  EXPECT_TRUE(cuda::set_pair_decode(false));
+  EXPECT_FALSE(cuda::pair_decode());
 }
 
-TEST(AttentionSwitches, PairDecodeDefaultsToOff) {
+TEST(AttentionSwitches, PairDecodeDefaultsToOn) {
   ASSERT_EQ(unsetenv("DSV4_ATTENTION_PAIR_DECODE"), 0);
-  EXPECT_FALSE(cuda::pair_decode());
+  EXPECT_TRUE(cuda::pair_decode());
 }
 
 TEST(AttentionSwitches, AsymmetricConsumersDefaultToOnAndValidate) {

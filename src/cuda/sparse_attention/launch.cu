@@ -57,8 +57,7 @@ struct EnvironmentSwitch {
 EnvironmentSwitch cluster_merge_switch{"DSV4_ATTENTION_CLUSTER_MERGE", "0 (off) or 1 (forced), or unset (automatic)",
                                        static_cast<int>(ClusterMerge::forced), static_cast<int>(ClusterMerge::automatic)};
 EnvironmentSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", "0 or 1", 1, 1};
-// Off by default until the epilogue fix of 2026-11-30 (wgmma_kernel.cuh, kPairDecode) has run on a GPU.
-EnvironmentSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", "0 or 1", 1, 0};
+EnvironmentSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", "0 or 1", 1, 1};
 static_assert(static_cast<int>(ClusterMerge::off) == 0, "\"0\" is off");
 }  // namespace
 

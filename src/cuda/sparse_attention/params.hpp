@@ -122,10 +122,8 @@ bool asymmetric_consumers();
 bool last_launch_asymmetric();
 void note_asymmetric_launch(bool asymmetric);  // the launcher's record of it
 // The A/B switch of the pair decode (params.pair_decode; the same bytes; 7–10% faster at B = 128,
-// H = 128 on H200): off unless DSV4_ATTENTION_PAIR_DECODE=1 (read once; another value than 0 or 1
-// throws Error naming it) or turned on here — off by default until its epilogue fix (a review found
-// the staging could overwrite a tile an outgoing bulk copy still reads) has run on a GPU. Returns
-// the setting before the call.
+// H = 128 on H200): on unless DSV4_ATTENTION_PAIR_DECODE=0 (read once; another value than 0 or 1
+// throws Error naming it) or turned off here. Returns the setting before the call.
 // last_launch_pair_decode: whether the last launch ran it.
 bool set_pair_decode(bool on);
 bool pair_decode();

@@ -25,7 +25,7 @@
 // 64 candidates and hands P to consumer 1 (mbarriers instead of the named barrier "full" and the two
 // exchanges); the symmetric division above stays as the A/B variant (DSV4_ATTENTION_ASYMMETRIC=0).
 // For 64 < H ≤ 128 (without an output-dim split) the row's two head tiles can also share the decode
-// of each K block as a 2-CTA cluster (kPairDecode; DSV4_ATTENTION_PAIR_DECODE=1 turns it on).
+// of each K block as a 2-CTA cluster (kPairDecode, the default; DSV4_ATTENTION_PAIR_DECODE=0 turns it off).
 // The end of a chunk (normalize, or publish partials and merge in chunk order) uses the mma.sync
 // kernel's functions (kernel.cuh), so the batch invariance argument is unchanged; the 64-head tile
 // is chosen from H alone (launch.cu), so a row never switches MMA paths with the batch.
