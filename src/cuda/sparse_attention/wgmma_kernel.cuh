@@ -247,11 +247,11 @@ __device__ __forceinline__ int prefetch_index(int ptid, std::uint32_t rank) {
 // that used it before (it − 2). A thread's work is a sequence of units, one share (one of its kUnits
 // candidate passes) each: while unit u is decoded, the loads of unit u + 1 (codes, scales and, where
 // registers allow, RoPE pieces) are in flight. The loop is not unrolled: one copy of the load and
-// decode code serves every pass (the unrolled producer spent a quarter of its stall samples waiting
-// for instructions, "no_inst"). Measured against the unrolled loop that loaded both passes, then
+// decode code serves every pass. Measured against the unrolled loop that loaded both passes, then
 // decoded both, with the RoPE pieces loaded at decode time (notes §22): B=128 H=64 N=640 −4%,
-// prefill H=64 −6%, H=128 (pair) −0.3..−2.5%. kPair: this CTA's producer decodes its pass (= rank)
-// only, into both CTAs' tiles.
+// prefill H=64 −6%, H=128 (pair) −0.3..−2.5%; the gain is latency hiding (the producer's
+// long-scoreboard stalls fell, its issuing share rose), not instruction fetch, which halving the
+// code did not reduce. kPair: this CTA's producer decodes its pass (= rank) only, into both CTAs' tiles.
 template <TileSync kSync>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k,
