@@ -129,11 +129,11 @@ inline nlohmann::json analyze(const std::string& name, const std::vector<std::ui
     for (int it = 0; it < live; ++it) {
       const auto pw = [&](tl::ProducerWord word) { return w[tl::producer_word(it, word)]; };
       const std::uint64_t p_prev = it == 0 ? w[tl::kReady] : w[tl::producer_word(it - 1, tl::kTileReady)];
-      producer.add("issue loads (+ L2 prefetch)", us(pw(tl::kLoadsIssued), p_prev), it);
+      producer.add("hand-over, prefetch, pass-1 loads", us(pw(tl::kLoadsIssued), p_prev), it);
       const double empty_wait = us(pw(tl::kEmptyDone), pw(tl::kLoadsIssued));
       producer.add("wait empty (consumers)", empty_wait, it);
       producer.add("decode pass 0 (incl. load wait)", us(pw(tl::kHalfStored), pw(tl::kEmptyDone)), it);
-      producer.add("decode pass 1 + fence", us(pw(tl::kTileReady), pw(tl::kHalfStored)), it);
+      producer.add("next loads + decode pass 1 + fence", us(pw(tl::kTileReady), pw(tl::kHalfStored)), it);
       producer.add("block (previous tile to this)", us(pw(tl::kTileReady), p_prev), it);
       empty_wait_sum += empty_wait;
       double block_full_wait = 0;

@@ -34,10 +34,11 @@ enum HeaderWord : int {
   kHeaderWords = 16,
 };
 enum ProducerWord : int {
-  kLoadsIssued = 0,  // the block's global loads (and the L2 prefetch two ahead) issued
+  kLoadsIssued = 0,  // the previous tile handed over, the L2 prefetch two ahead and the loads of this
+                     // block's second pass issued (its first pass was loaded during the previous block)
   kEmptyDone = 1,    // its tile is free (empty barrier passed; the first two blocks do not wait)
-  kHalfStored = 2,   // first pass (32 candidates) decoded into the tile: includes waiting for the loads
-  kTileReady = 3,    // second pass decoded, fenced: "full" arrives next
+  kHalfStored = 2,   // first pass (32 candidates) decoded into the tile: includes waiting for its loads
+  kTileReady = 3,    // next block's first-pass loads issued, second pass decoded, fenced: "full" next
 };
 enum ConsumerWord : int {
   kFullDone = 0,     // the tile is in shared memory ("full" barrier passed)
