@@ -869,8 +869,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   // kPairDecode: this CTA's last bulk copies may still be reading its K tiles (their completion is
   // counted on the peer's barrier only); the peer's consumers arrive after their last tile wait, which
   // needed those copies, so once the pair's barrier opens the tiles are free for the staging below
-  // (and the peer's shared memory outlives every access of ours). Found by review; not yet run on a
-  // GPU at the time of writing (notes §21).
+  // (and the peer's shared memory outlives every access of ours). Found by review (notes §21); run
+  // on the H200 in the seventh session (notes §22).
   if constexpr (kPairDecode) ptx::cluster_wait();
   if (p.num_splits == 1) {  // the whole row in this block: normalize from registers
     // Through shared memory (StagedRows): the Q and K tiles are free, both consumers passed their last
