@@ -288,18 +288,27 @@ int main(int argc, char** argv) {
     for (int k : {512, 1024})
       cases.push_back({"prefill_T4096_H" + std::to_string(heads) + "_N" + std::to_string(128 + k), 4096, heads, 1,
                        4096, k});
-  // The split size trade-off (latency at small batches vs merge traffic at large ones).
+  // The split size trade-off (latency at small batches vs merge traffic at large ones): the
+  // latency-first choices (64: B=1 only) and one between; for rows of 2176 candidates (HCA at 256K
+  // tokens) also one chunk per row (2560, the largest split), the throughput-first choice.
   std::vector<Case> variants;
+  const auto add_variant = [&](const Case& c, int variant_split) {
+    variants.push_back(c);
+    variants.back().split = variant_split;
+    variants.back().name += "_split" + std::to_string(variant_split);
+  };
   for (const Case& c : cases) {
     if (c.name == "decode_B1_H64_N640_nn1" || c.name == "decode_B128_H64_N640_nn1" ||
         c.name == "decode_B128_H128_N2176_nn2") {
-      for (int variant_split : {64, 384, 768}) {  // the latency-first choices (64: B=1 only) and one between
+      for (int variant_split : {64, 384, 768}) {
         if (variant_split == 64 && c.name != "decode_B1_H64_N640_nn1") continue;
-        variants.push_back(c);
-        variants.back().split = variant_split;
-        variants.back().name += "_split" + std::to_string(variant_split);
+        add_variant(c, variant_split);
       }
     }
+    if (c.name == "decode_B1_H64_N2176_nn1" || c.name == "decode_B32_H128_N2176_nn2" ||
+        c.name == "decode_B128_H64_N2176_nn1" || c.name == "decode_B128_H128_N2176_nn1" ||
+        c.name == "decode_B128_H128_N2176_nn2")
+      add_variant(c, dsv4::kMaxSplitCandidates);
   }
   cases.insert(cases.end(), variants.begin(), variants.end());
   if (split > 0) {
