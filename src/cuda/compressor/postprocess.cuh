@@ -151,18 +151,39 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     y[k] = round_to_bf16(static_cast<float>(static_cast<double>(norm[k]) * (static_cast<double>(x[k]) * inv_rms)));
   }
 
-  // 2. RoPE on the last r dims at the entry's position (its block's first token), bf16.
+  // 2. RoPE on the last r dims at the entry's position (its block's first token), bf16. The r/4 RoPE
+  // lanes are the last lanes of the group's last warp (r ≤ 128); each rotates pairs 2k and 2k + 1
+  // (k: its index among them). For r ≤ 64 the cos/sin of pair i are computed once, by lane i of that
+  // warp, and fetched by shuffles: one double-precision evaluation per lane instead of two
+  // per RoPE lane while the other lanes idle. (r > 64: each RoPE lane evaluates its own two.)
   const int first_rope_lane = (kWidth - p.rope_dim) / 4;
-  if (lane >= first_rope_lane) {
-    const float position = static_cast<float>(t.entry * p.ratio);
+  constexpr int kLastWarpLane = Config::kLanes - 32;
+  const float position = static_cast<float>(t.entry * p.ratio);
+  const auto rotate = [&](int q, float cos_theta, float sin_theta) {
+    const double c = cos_theta, s = sin_theta;
+    const double a = y[2 * q], b = y[2 * q + 1];
+    y[2 * q] = round_to_bf16(static_cast<float>(a * c - b * s));
+    y[2 * q + 1] = round_to_bf16(static_cast<float>(a * s + b * c));
+  };
+  if (p.rope_dim <= 64) {
+    if (lane >= kLastWarpLane) {  // the group's last warp, whole
+      const int j = lane - kLastWarpLane;
+      float own_cos = 1.0f, own_sin = 0.0f;
+      if (2 * j < p.rope_dim) rope_cos_sin(__fmul_rn(position, p.rope_frequencies[j]), own_cos, own_sin);
+      const int k = max(lane - first_rope_lane, 0);  // (lanes before the RoPE lanes fetch and discard pair 0)
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const float cos_theta = __shfl_sync(0xffffffffu, own_cos, 2 * k + q);
+        const float sin_theta = __shfl_sync(0xffffffffu, own_sin, 2 * k + q);
+        if (lane >= first_rope_lane) rotate(q, cos_theta, sin_theta);
+      }
+    }
+  } else if (lane >= first_rope_lane) {
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       float cos_theta, sin_theta;
       rope_cos_sin(__fmul_rn(position, p.rope_frequencies[2 * (lane - first_rope_lane) + q]), cos_theta, sin_theta);
-      const double c = cos_theta, s = sin_theta;
-      const double a = y[2 * q], b = y[2 * q + 1];
-      y[2 * q] = round_to_bf16(static_cast<float>(a * c - b * s));
-      y[2 * q + 1] = round_to_bf16(static_cast<float>(a * s + b * c));
+      rotate(q, cos_theta, sin_theta);
     }
   }
 
