@@ -345,6 +345,22 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
               "%.2f us with the code in L2\n", "", upload_us, in_memory_us, code_warm_us);
 }
 
+// The floor of the decode rows' method: a CUDA graph of one empty kernel, timed the same way (L2
+// flushed, events around the graph launch). Whatever a decode step does costs on top of this.
+__global__ void empty_kernel() {}
+
+void decode_floor_case(bench::Report& report, double copy_gbs) {
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  {
+    const bench::CapturedGraph graph(stream, [](cudaStream_t s) { empty_kernel<<<1, 128, 0, s>>>(); });
+    const double us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream);
+    report.add("decode floor (an empty kernel in a graph)", {{"blocks", 1}, {"threads", 128}}, us, "GB/s", 0.0, copy_gbs,
+               true);
+  }
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -362,6 +378,7 @@ int main(int argc, char** argv) {
       if (tokens == 8192 ? any_prefill : prefill_wanted(tokens)) prefill_case(report, kind, tokens, copy_gbs, first_8k);
     }
   }
+  if (filter.wants("decode floor (an empty kernel in a graph)")) decode_floor_case(report, copy_gbs);
   for (const Kind& kind : kKinds) {
     for (const int new_tokens : {1, 4}) {
       for (const int requests : {1, 8, 64, 256, 1024}) {
