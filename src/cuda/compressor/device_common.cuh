@@ -23,6 +23,8 @@ __device__ __forceinline__ float4 load_shared_input(const float* p /*16-B aligne
   return __ldg(reinterpret_cast<const float4*>(p));
 }
 __device__ __forceinline__ void store4(float* p /*16-B aligned*/, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+// Asks for the line of `p` in L1 (no register, no wait): a load_shared_input of it later hits.
+__device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 // 16 bytes global → this thread's shared-memory slot, asynchronously (L2 only: rows are read once).
 __device__ __forceinline__ void copy_async16(float4* smem_slot, const float* global /*16-B aligned*/) {

@@ -51,6 +51,7 @@ struct Candidate {
 
 // The candidates of event n, as a function of the candidate index j (0 ≤ j < count).
 struct EventWindow {
+  static constexpr bool kAllNew = false;  // (may hold ring rows)
   std::int64_t p0;  // position of candidate 0
   int ring0;        // its ring row
   int b_rows;       // candidates of the b branch (block n − 1, channel offset 0)
@@ -82,8 +83,9 @@ struct EventWindow {
 // compares. launch.cu runs it only where every offset fits in an int (lean_prefill_fits). The
 // candidates and vectors are EventWindow::candidate's. kAllNew: a window with no ring row
 // (first_new ≤ 0: every body event), whose candidates need neither the ring test nor its address.
-template <bool kAllNew = false>
+template <bool kAllNew_ = false>
 struct WindowOffsets {
+  static constexpr bool kAllNew = kAllNew_;
   const float* new_value;  // [4] kv vector of candidate 0 were it a new row (never read when it is not)
   const float* new_score;  // [4] its score vector (no ape)
   const float* ring;       // [4] this slot's ring + 4·lane
@@ -208,6 +210,12 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
       const Candidate c = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
       copy_async16(staging.slot(stage, u, 0), c.value);
       copy_async16(staging.slot(stage, u, 1), c.score);
+      if constexpr (!Config::kStageApe && !Window::kAllNew) {
+        // A window that may hold ring rows (heads: every decode step): the ape vectors are read (from
+        // L1) after the copies land, and in a step's cold start they are a DRAM round trip of their
+        // own in the fold's chain — ask for them now. (Prefill bodies, all new, find ape in L1.)
+        prefetch_l1(c.ape);
+      }
       if constexpr (Config::kStageApe) {
         // The split (decode) kernel skips ring rows' ape (never read: the ring holds score + ape);
         // the prefill kernel keeps its unconditional copies.
