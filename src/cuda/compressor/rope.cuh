@@ -17,8 +17,14 @@ __device__ __forceinline__ void rope_cos_sin(float angle, float& cos_out, float&
   constexpr double kTwoOverPi = 0.63661977236758134308;
   constexpr double kHalfPiHi = 1.5707963267948966192;     // double(π/2)
   constexpr double kHalfPiLo = 6.123233995736766036e-17;  // π/2 − kHalfPiHi
+  // rint by the 1.5·2^52 shifter (exact for 0 ≤ x < 2^51, ties to even as rint), whose low mantissa
+  // bits are then the quadrant: no conversion to a 64-bit integer, no branch on the quadrant (lanes
+  // of a warp evaluate different pairs, so a switch on it diverged).
+  constexpr double kShifter = 6755399441055744.0;  // 1.5·2^52
   const double theta = angle;
-  const double k = rint(theta * kTwoOverPi);
+  const double shifted = __dadd_rn(__dmul_rn(theta, kTwoOverPi), kShifter);
+  const double k = __dsub_rn(shifted, kShifter);
+  const int quadrant = static_cast<int>(__double_as_longlong(shifted) & 3);
   // theta − k·hi exactly: k·hi = product + error (fma), theta − product is exact (Sterbenz).
   const double product = k * kHalfPiHi;
   const double product_error = fma(k, kHalfPiHi, -product);
@@ -47,12 +53,11 @@ __device__ __forceinline__ void rope_cos_sin(float angle, float& cos_out, float&
   c = fma(c, r2, 1.0 / 24.0);
   c = fma(c, r2, -0.5);
   const double cos_r = fma(c, r2, 1.0);
-  switch (static_cast<long long>(k) & 3) {
-    case 0: cos_out = static_cast<float>(cos_r); sin_out = static_cast<float>(sin_r); break;
-    case 1: cos_out = static_cast<float>(-sin_r); sin_out = static_cast<float>(cos_r); break;
-    case 2: cos_out = static_cast<float>(-cos_r); sin_out = static_cast<float>(-sin_r); break;
-    default: cos_out = static_cast<float>(sin_r); sin_out = static_cast<float>(-cos_r); break;
-  }
+  // Quadrant q: (cos, sin) = (cos_r, sin_r), (−sin_r, cos_r), (−cos_r, −sin_r), (sin_r, −cos_r).
+  const bool swap = (quadrant & 1) != 0;
+  const double cos_value = swap ? sin_r : cos_r, sin_value = swap ? cos_r : sin_r;
+  cos_out = static_cast<float>(quadrant == 1 || quadrant == 2 ? -cos_value : cos_value);
+  sin_out = static_cast<float>(quadrant >= 2 ? -sin_value : sin_value);
 }
 
 }  // namespace dsv4::cuda::compressor
