@@ -8,20 +8,21 @@
 // one entry, ballots over j visit entries in index order, and shared-memory reads are conflict-free.
 // The keys are binned once and compared twice; only the selected entries are visited at the end.
 //
-//  1. load: every 16-byte load of the CTA's slice is issued (cp.async, straight into shared memory)
-//     before `visible` is waited on; each thread turns its scores into keys in place and counts
-//     them in a 4096-bin histogram (bins.hpp).
-//  2. the cluster sums the histogram scattered: thread t of CTA r reads one int4 of bins of slice r
-//     from CTA t mod cs (one DSMEM load a thread for any cs), lanes add by shuffles; each CTA scans
-//     its slice from the top; every CTA then reads the cs slice totals and the owning slice's
-//     entries to find the bin b* of the K-th largest, the count above it and its count.
+//  1. load: every 16-byte load of the CTA's slice is issued (cp.async, straight into shared memory;
+//     one group a vector) before `visible` is waited on; each thread turns its scores into keys in
+//     place, vector by vector as they land, and counts them in a 4096-bin histogram (bins.hpp).
+//  2. every CTA finds the bin b* of the K-th largest, the count above it and its count, from the
+//     cluster's sums in two levels of 64: the totals of the 64 groups of 64 bins (each CTA publishes
+//     its own before the cluster barrier), then the 64 bins of the group found. A level is one
+//     256-byte DSMEM read per CTA of the cluster and a warp scan; no second cluster barrier, and 8 KB
+//     of DSMEM traffic a CTA instead of the whole histogram.
 //  3. one walk over the keys: each thread's masks of the entries above b* (selected whatever the
 //     exact threshold) and inside b* (candidates), by comparing keys against the bin's two bounds.
 //     Up to 2048 candidates are gathered as {key, entry} into every CTA of the cluster; each CTA
 //     publishes its count above b*.
 //  4. exact threshold τ = the key of the K-th largest, found in every CTA from the gathered list:
-//     by counting (≤ 256 candidates, one each) or by a 4 × 8-bit radix select. Counts of keys > τ
-//     and == τ in lower-ranked CTAs come from their published counts and the gathered entries, so
+//     by counting (≤ 256 candidates, 4 lanes each) or by a 4 × 8-bit radix select. Counts of keys
+//     > τ and == τ in lower-ranked CTAs come from their published counts and the gathered entries, so
 //     no further cluster barrier is needed. More candidates (ties, crowded bins): a radix select
 //     whose digit histograms are summed over the cluster, then the CTAs' counts are exchanged.
 //  5. output: every key > τ and the first K − #(> τ) keys == τ in entry order; positions from
@@ -55,13 +56,15 @@ inline constexpr int kDigitBins = 256;         // 8-bit radix digits of the exac
 inline constexpr int kDigitPasses = 4;
 inline constexpr int kGatherCapacity = 2048;   // candidates selected locally in every CTA
 inline constexpr int kRankByCount = 256;       // up to this many gathered: rank each by counting (1 pass)
+inline constexpr int kRankSplit = kThreads / kRankByCount;  // lanes counting for one candidate
 inline constexpr int kPageStage = 1024;        // page-table entries a CTA stages in shared memory
+inline constexpr int kGroupBins = 64;          // the bin search's first level: groups of 64 bins (an octave of |score|)
 inline constexpr unsigned kFull = 0xffffffffu;
 
 struct Shared {
   alignas(16) int coarse[kCoarseBins];       // this CTA's histogram (summed by the cluster)
-  alignas(16) int slice_count[kCoarseBins];  // the cluster's counts of this CTA's slice of the bins
-  alignas(16) int slice_above[kCoarseBins];  // per bin of the slice: the count in its higher bins
+  alignas(16) int group[kCoarseBins / kGroupBins];  // this CTA's totals of each group of kGroupBins bins
+  int totals[2][kGroupBins];                 // the cluster's sums of the counters of the two search levels
   alignas(16) int digit[kDigitPasses][kDigitBins];  // this CTA's digit histograms, one per pass
   uint2 gathered[kGatherCapacity];           // every CTA: the threshold bin's {key, entry} (few candidates)
   int pages[kPageStage];                     // page_row[page_first + i] (slots only)
@@ -71,8 +74,6 @@ struct Shared {
   int cta_above;                             // this CTA's keys above the threshold bin (read by higher ranks)
   int lower_candidates;                      // gathered keys of lower ranks: (> τ) + (== τ) << 16
   int lower_above;                           // Σ cta_above of lower ranks
-  int slice_total;                           // Σ slice_count (read by every CTA)
-  int owner, owner_above;                    // slice holding the K-th largest, count in higher slices
   int found_bin, found_above, found_count;   // results broadcast inside the CTA
   std::uint32_t found_key;
   int cta_greater, cta_equal;                // this CTA's counts (many-candidates path; read by higher ranks)
@@ -86,6 +87,20 @@ __device__ __forceinline__ void copy_async16(void* shared, const void* global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
 }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` (a constant after unrolling, < 8) of this thread's committed groups are in flight.
+__device__ __forceinline__ void copy_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+}
 
 __device__ __forceinline__ int warp_inclusive_scan(int value) {
   const int lane = threadIdx.x % 32;
@@ -157,6 +172,40 @@ __device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visi
     __syncthreads();  // found_* are rewritten by the next pass
   }
   return prefix;
+}
+
+// Among 64 counters summed over the cluster — entries [first, first + 64) of `counters(r)`, CTA r's
+// array, in shared memory — visited from the highest, finds the one holding the `wanted`-th largest
+// (1-based): s.found_bin = first + j, s.found_above = above + the sum of the counters after it,
+// s.found_count = its sum. Every CTA finds the same one. Warp r < cs reads CTA r's 64 counters with
+// one 8-byte DSMEM load a lane (a warp's remote loads go to one CTA, contiguous: a transaction per
+// 128 bytes — scattered over the cluster, every lane's load was a transaction of its own) and adds
+// them into `totals` (zero on entry) with shared-memory atomics.
+template <class Counters>
+__device__ __forceinline__ void find_in_cluster_sums(Shared& s, int* totals, int cs, int wanted, int above, int first,
+                                                     Counters counters) {
+  static_assert(kGroupBins == 64, "a warp reads 64 counters, two a lane");
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp < cs) {
+    const int2 v = *reinterpret_cast<const int2*>(counters(warp) + first + 2 * lane);
+    atomicAdd(&totals[2 * lane], v.x);
+    atomicAdd(&totals[2 * lane + 1], v.y);
+  }
+  __syncthreads();
+  if (warp == 0) {  // lane l: counters 63 − 2l and 62 − 2l, so lane order is descending
+    const int high = totals[kGroupBins - 1 - 2 * lane], low = totals[kGroupBins - 2 - 2 * lane];
+    const int before = warp_inclusive_scan(high + low) - high - low;  // the counters above both
+    if (before < wanted && wanted <= before + high) {
+      s.found_bin = first + kGroupBins - 1 - 2 * lane;
+      s.found_above = above + before;
+      s.found_count = high;
+    } else if (before + high < wanted && wanted <= before + high + low) {
+      s.found_bin = first + kGroupBins - 2 - 2 * lane;
+      s.found_above = above + before + high;
+      s.found_count = low;
+    }
+  }
+  __syncthreads();
 }
 
 // The row's request: the last b with query_start[b] ≤ row, found by a 32-way search (one round for
@@ -239,6 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     for (int q = 0; q < kVectors; ++q) {
       const int i = 4 * (q * kThreads + tid);
       if (i < loaded) copy_async16(s_keys + i, scores + i);
+      copy_async_commit();  // one group a vector: the counting starts on the first to land
     }
   }
 
@@ -256,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
 
   for (int i = tid; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
   for (int i = tid; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
+  if (tid < 2 * kGroupBins) (&s.totals[0][0])[tid] = 0;
   if (tid == 0) {
     s.gathered_count = 0;
     s.cta_above = 0;
@@ -265,9 +316,9 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   const int here = min(max(visible - base, 0), kSlice);  // visible entries of this CTA
   const auto count = [&](std::uint32_t key) { atomicAdd(&s.coarse[coarse_bin(key)], 1); };
   if (vector_rows) {  // each thread makes keys of the scores it copied, and counts the visible ones
-    copy_async_wait_all();
 #pragma unroll
     for (int q = 0; q < kVectors; ++q) {
+      copy_async_wait_pending(kVectors - 1 - q);  // this thread's vector q has landed
       const int i = 4 * (q * kThreads + tid);
       if (i >= here) continue;
       const float4 v = *reinterpret_cast<const float4*>(s_keys + i);
@@ -289,21 +340,19 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     const int request = find_request(p, row);
     if (lane == 0) s.request = request;
   }
-  cluster.sync();  // every CTA runs, has its keys and histogram, and has cleared what the others add into
-
-  // ---- 2. the histogram summed slice by slice over the cluster; the bin of the K-th largest ----
-  const int slice = kCoarseBins / cs;  // this CTA owns bins [rank·slice, (rank+1)·slice)
-  {
-    const int from = tid % cs, quad = tid / cs;  // quad < slice / 4: 1024 int4 reads cover cs slices
-    int4 c = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.coarse, from) + rank * slice + 4 * quad);
-    for (int offset = 1; offset < cs; offset *= 2) {  // the cs lanes of one quad (cs divides 32)
-      c.x += __shfl_xor_sync(kFull, c.x, offset);
-      c.y += __shfl_xor_sync(kFull, c.y, offset);
-      c.z += __shfl_xor_sync(kFull, c.z, offset);
-      c.w += __shfl_xor_sync(kFull, c.w, offset);
-    }
-    if (from == 0) *reinterpret_cast<int4*>(s.slice_count + 4 * quad) = c;
+  __syncthreads();
+  {  // the group totals this CTA publishes: thread t sums bins [4t, 4t + 4), 16 threads a group
+    static_assert(kCoarseBins == 4 * kThreads && kGroupBins == 64, "a group is 16 threads' bins");
+    const int4 c = *reinterpret_cast<const int4*>(s.coarse + 4 * tid);
+    int sum = c.x + c.y + c.z + c.w;
+#pragma unroll
+    for (int offset = 1; offset < kGroupBins / 4; offset *= 2) sum += __shfl_xor_sync(kFull, sum, offset);
+    if (lane % (kGroupBins / 4) == 0) s.group[tid / (kGroupBins / 4)] = sum;
   }
+  cluster.sync();  // every CTA runs, has its keys, histogram and group totals, and has cleared what the others add into
+
+  // ---- 2. the bin of the K-th largest, found in every CTA from the cluster's sums: first its group
+  //         of 64 bins (64 group totals from each CTA), then the bin inside it (64 bins from each) ----
   // The page-table slice of this CTA's visible entries: loads issued now, stored after step 2.
   const int page_first = base / p.entries_per_page;
   int staged_count = 0, page_value = 0;
@@ -313,44 +362,11 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     if (tid < staged_count)
       page_value = __ldg(p.page_table + static_cast<std::int64_t>(s.request) * p.max_pages + page_first + tid);
   }
-  __syncthreads();
+  find_in_cluster_sums(s, s.totals[0], cs, k, 0, 0, [&](int from) { return cluster.map_shared_rank(s.group, from); });
   {
-    const int quad = slice / 4 - 1 - tid;  // thread order = bins descending
-    const int4 c = quad >= 0 ? *reinterpret_cast<const int4*>(s.slice_count + 4 * quad) : make_int4(0, 0, 0, 0);
-    int total;
-    const int above = block_exclusive_scan(c.x + c.y + c.z + c.w, s.scan, total);
-    if (quad >= 0)
-      *reinterpret_cast<int4*>(s.slice_above + 4 * quad) =
-          make_int4(above + c.w + c.z + c.y, above + c.w + c.z, above + c.w, above);
-    if (tid == 0) s.slice_total = total;
-  }
-  cluster.sync();
-  if (warp == 0) {  // the slice holding the K-th largest (slices descend from rank cs − 1)
-    const int r = cs - 1 - lane;
-    const int t = lane < cs ? *cluster.map_shared_rank(&s.slice_total, r) : 0;
-    const int inclusive = warp_inclusive_scan(t);
-    if (lane < cs && inclusive - t < k && k <= inclusive) {
-      s.owner = r;
-      s.owner_above = inclusive - t;
-    }
-  }
-  __syncthreads();
-  {
-    const int owner = s.owner, owner_above = s.owner_above;
-    const int wanted = k - owner_above;  // rank inside the owner's slice
-    if (tid < slice / 4) {
-      const int4 c = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.slice_count, owner) + 4 * tid);
-      const int4 a = *reinterpret_cast<const int4*>(cluster.map_shared_rank(s.slice_above, owner) + 4 * tid);
-      const int counts[4] = {c.x, c.y, c.z, c.w}, aboves[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (aboves[j] < wanted && wanted <= aboves[j] + counts[j]) {  // exactly one bin of the cluster
-          s.found_bin = owner * slice + 4 * tid + j;
-          s.found_above = owner_above + aboves[j];
-          s.found_count = counts[j];
-        }
-      }
-    }
+    const int group = s.found_bin, group_above = s.found_above;  // read before the next search rewrites them
+    find_in_cluster_sums(s, s.totals[1], cs, k - group_above, group_above, group * kGroupBins,
+                         [&](int from) { return cluster.map_shared_rank(s.coarse, from); });
   }
   if (tid < staged_count) s.pages[tid] = page_value;
   __syncthreads();
@@ -401,20 +417,26 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   std::uint32_t threshold;
   if (gather) {
     if (bin_count <= kRankByCount) {
-      // Candidate t is the threshold when #(greater) < remaining ≤ #(greater or equal).
-      if (tid < bin_count) {
-        const std::uint32_t mine = s.gathered[tid].x;
-        int greater_count = 0, equal_count = 0;
+      // Candidate c is the threshold when #(greater) < remaining ≤ #(greater or equal). kRankSplit
+      // consecutive lanes count for one candidate, each over a stride of the list.
+      const int c = tid / kRankSplit, part = tid % kRankSplit;
+      const std::uint32_t mine = c < bin_count ? s.gathered[c].x : 0u;
+      int greater_count = 0, equal_count = 0;
+      const int end = c < bin_count ? bin_count : 0;  // lanes past the list only join the shuffles
 #pragma unroll 4
-        for (int i = 0; i < bin_count; ++i) {
-          const std::uint32_t other = s.gathered[i].x;  // the same address across the warp: a broadcast
-          greater_count += other > mine;
-          equal_count += other == mine;
-        }
-        if (greater_count < remaining && remaining <= greater_count + equal_count) {
-          s.found_key = mine;  // equal candidates write equal values
-          s.found_above = greater_count;
-        }
+      for (int i = part; i < end; i += kRankSplit) {
+        const std::uint32_t other = s.gathered[i].x;
+        greater_count += other > mine;
+        equal_count += other == mine;
+      }
+#pragma unroll
+      for (int offset = 1; offset < kRankSplit; offset *= 2) {
+        greater_count += __shfl_xor_sync(kFull, greater_count, offset);
+        equal_count += __shfl_xor_sync(kFull, equal_count, offset);
+      }
+      if (part == 0 && c < bin_count && greater_count < remaining && remaining <= greater_count + equal_count) {
+        s.found_key = mine;  // equal candidates write equal values
+        s.found_above = greater_count;
       }
       __syncthreads();
       threshold = s.found_key;
@@ -478,18 +500,18 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     }
   }
   __syncthreads();
-  // Counts before this warp inside the CTA (every warp scans the 32 warp counts).
+  // Counts before this warp inside the CTA (every warp reduces the 32 warp counts).
   const int greater_w = s.warp_greater[lane], equal_w = s.warp_equal[lane];
-  const int greater_inclusive = warp_inclusive_scan(greater_w), equal_inclusive = warp_inclusive_scan(equal_w);
-  const int cta_equal = __shfl_sync(kFull, equal_inclusive, 31);
-  const int warp_greater_before = __shfl_sync(kFull, greater_inclusive - greater_w, warp);
-  const int warp_equal_before = __shfl_sync(kFull, equal_inclusive - equal_w, warp);
+  // (three single-instruction warp reductions instead of two shuffle scans)
+  const int cta_equal = __reduce_add_sync(kFull, equal_w);
+  const int warp_greater_before = __reduce_add_sync(kFull, lane < warp ? greater_w : 0);
+  const int warp_equal_before = __reduce_add_sync(kFull, lane < warp ? equal_w : 0);
   int greater_before, equal_before;  // in lower-ranked CTAs
   if (gather) {
     greater_before = s.lower_above + (s.lower_candidates & 0xffff);
     equal_before = s.lower_candidates >> 16;
   } else {
-    const int cta_greater = __shfl_sync(kFull, greater_inclusive, 31);
+    const int cta_greater = __reduce_add_sync(kFull, greater_w);
     if (tid == 0) {
       s.cta_greater = cta_greater;
       s.cta_equal = cta_equal;
