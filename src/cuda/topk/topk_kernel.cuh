@@ -292,6 +292,17 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     }
   }
 
+  // The counters are cleared while `visible` is in flight (the short-row path below does not need them).
+  for (int i = tid; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
+  for (int i = tid; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
+  if (tid < 2 * kGroupBins) (&s.totals[0][0])[tid] = 0;
+  if (tid == 0) {
+    s.gathered_count = 0;
+    s.cta_above = 0;
+    s.lower_candidates = 0;
+  }
+  __syncthreads();
+
   if (visible <= k) {  // every entry, then −1 (the same branch in every CTA of the cluster)
     copy_async_wait_all();
     if (p.slots && warp == 0) {
@@ -304,15 +315,6 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     return;
   }
 
-  for (int i = tid; i < kCoarseBins; i += kThreads) s.coarse[i] = 0;
-  for (int i = tid; i < kDigitPasses * kDigitBins; i += kThreads) (&s.digit[0][0])[i] = 0;
-  if (tid < 2 * kGroupBins) (&s.totals[0][0])[tid] = 0;
-  if (tid == 0) {
-    s.gathered_count = 0;
-    s.cta_above = 0;
-    s.lower_candidates = 0;
-  }
-  __syncthreads();
   const int here = min(max(visible - base, 0), kSlice);  // visible entries of this CTA
   const auto count = [&](std::uint32_t key) { atomicAdd(&s.coarse[coarse_bin(key)], 1); };
   if (vector_rows) {  // each thread makes keys of the scores it copied, and counts the visible ones
