@@ -18,14 +18,19 @@ inline constexpr int kCoarseBins = 4096;
 inline constexpr int kHalfBins = kCoarseBins / 2;              // bins of each sign
 inline constexpr std::uint32_t kBinFloorCode = (127u - 16u) << 6;  // exponent of 2^-16, then 6 mantissa bits
 
-// Bin (0..4095) of an order key.
+// Bin (0..4095) of an order key. With u = key >> 17 (the sign-ordered exponent and top 6 mantissa
+// bits), the bins of each sign are one clamped line in u — scores ≥ +0 (key's top bit set):
+// 2048 + clamp(u − 0x4000 − kBinFloorCode, 0, 2047); negative ones (u = 0x3fff − their magnitude
+// code): 2047 − clamp(0x3fff − u − kBinFloorCode, 0, 2047) = clamp(u − (0x3fff − kBinFloorCode −
+// 2047), 0, 2047) — so a bin is a subtraction, a max and a min (the counting pass bins every key).
+// Checked equal, over all 2^32 keys, to the form by magnitude (sign, ~key for negatives, clamp).
 DSV4_HD int coarse_bin(std::uint32_t key) {
+  constexpr int kPositiveOffset = 0x4000 + static_cast<int>(kBinFloorCode) - kHalfBins;
+  constexpr int kNegativeOffset = 0x3fff - static_cast<int>(kBinFloorCode) - (kHalfBins - 1);
   const bool non_negative = (key >> 31) != 0;  // order keys of scores ≥ +0 have the top bit set
-  const std::uint32_t magnitude = (((non_negative ? key : ~key) >> 17) & 0x3fffu);  // exponent, 6 mantissa bits
-  const std::uint32_t clamped = magnitude < kBinFloorCode ? 0u
-                                : magnitude - kBinFloorCode > kHalfBins - 1u ? kHalfBins - 1u
-                                                                             : magnitude - kBinFloorCode;
-  return non_negative ? kHalfBins + static_cast<int>(clamped) : kHalfBins - 1 - static_cast<int>(clamped);
+  const int low = non_negative ? kHalfBins : 0;
+  const int bin = static_cast<int>(key >> 17) - (non_negative ? kPositiveOffset : kNegativeOffset);
+  return bin < low ? low : bin > low + kHalfBins - 1 ? low + kHalfBins - 1 : bin;
 }
 
 // The smallest order key whose bin is ≥ `bin` (0..4096); 2^32 when there is none (bin 4096).
