@@ -34,7 +34,8 @@ DSV4_HD std::uint32_t topk_order_key(float score) {
   std::uint32_t bits = detail::float_bits(score);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return 0u;  // NaN
   if (bits == 0x80000000u) bits = 0u;                 // −0 ranks as +0
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  // Negative scores flip every bit (a larger magnitude ranks lower), the others only the sign bit.
+  return bits ^ (static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31) | 0x80000000u);
 }
 
 // The float a key came from (the canonical one: +0 for ±0; NaN for key 0).

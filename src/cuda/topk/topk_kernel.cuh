@@ -327,10 +327,16 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
       const uint4 keys =
           make_uint4(topk_order_key(v.x), topk_order_key(v.y), topk_order_key(v.z), topk_order_key(v.w));
       *reinterpret_cast<uint4*>(s_keys + i) = keys;
-      count(keys.x);
-      if (i + 1 < here) count(keys.y);
-      if (i + 2 < here) count(keys.z);
-      if (i + 3 < here) count(keys.w);
+      if (i + 4 <= here) {  // a whole vector (all but the last of the visible range): no branches
+        count(keys.x);
+        count(keys.y);
+        count(keys.z);
+        count(keys.w);
+      } else {
+        count(keys.x);
+        if (i + 1 < here) count(keys.y);
+        if (i + 2 < here) count(keys.z);
+      }
     }
   } else {
     for (int i = tid; i < here; i += kThreads) {
