@@ -159,22 +159,21 @@ __device__ __forceinline__ SoftmaxPartial empty_partial() {
 }
 
 // into ← into ⊕ next (the statistics of both candidate sets). Merging an empty partial (either
-// side) copies the other exactly, so a chain's first slice and empty slices never change a bit.
+// side) copies the other exactly, so a chain's first slice and empty slices never change a bit. The
+// cases are picked by selects, not branches, so the four channels' chains overlap (a split event's
+// merging unit left-folds 8 slices a group: with a branch per channel they ran one after another).
 __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const SoftmaxPartial& next) {
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    if (next.max[k] == -INFINITY) continue;
-    if (into.max[k] == -INFINITY) {
-      into.max[k] = next.max[k];
-      into.sum[k] = next.sum[k];
-      into.weighted[k] = next.weighted[k];
-      continue;
-    }
+    const bool next_empty = next.max[k] == -INFINITY, into_empty = into.max[k] == -INFINITY;
     const float total_max = fmaxf(into.max[k], next.max[k]);
     const float mine = __expf(__fsub_rn(into.max[k], total_max)), theirs = __expf(__fsub_rn(next.max[k], total_max));
-    into.sum[k] = __fmaf_rn(next.sum[k], theirs, __fmul_rn(into.sum[k], mine));
-    into.weighted[k] = __fmaf_rn(next.weighted[k], theirs, __fmul_rn(into.weighted[k], mine));
-    into.max[k] = total_max;
+    const float sum = __fmaf_rn(next.sum[k], theirs, __fmul_rn(into.sum[k], mine));
+    const float weighted = __fmaf_rn(next.weighted[k], theirs, __fmul_rn(into.weighted[k], mine));
+    // (Where either side is empty the values above are unused: one side's max is −inf.)
+    into.sum[k] = next_empty ? into.sum[k] : into_empty ? next.sum[k] : sum;
+    into.weighted[k] = next_empty ? into.weighted[k] : into_empty ? next.weighted[k] : weighted;
+    into.max[k] = next_empty ? into.max[k] : into_empty ? next.max[k] : total_max;
   }
 }
 
