@@ -179,8 +179,9 @@ __device__ __forceinline__ std::uint32_t radix_select(Shared& s, int& rank, Visi
 // (1-based): s.found_bin = first + j, s.found_above = above + the sum of the counters after it,
 // s.found_count = its sum. Every CTA finds the same one. Warp r < cs reads CTA r's 64 counters with
 // one 8-byte DSMEM load a lane (a warp's remote loads go to one CTA, contiguous: a transaction per
-// 128 bytes — scattered over the cluster, every lane's load was a transaction of its own) and adds
-// them into `totals` (zero on entry) with shared-memory atomics.
+// 128 bytes — scattered over the cluster, every lane's load was a transaction of its own; one warp
+// reading the CTAs in turn was slower too, its reads being served one after another) and adds them
+// into `totals` (zero on entry) with shared-memory atomics.
 template <class Counters>
 __device__ __forceinline__ void find_in_cluster_sums(Shared& s, int* totals, int cs, int wanted, int above, int first,
                                                      Counters counters) {
