@@ -1,11 +1,37 @@
 // src/cuda/common/ptx_sm90.cuh — Hopper (sm_90a) PTX shared by the kernel families: warpgroup MMA
-// plumbing, shared-memory matrix descriptors, streaming global loads, byte permutation. One instruction
-// per wrapper.
+// plumbing, shared-memory matrix descriptors, streaming global loads, cp.async groups, byte permutation.
+// One instruction per wrapper.
 #pragma once
 
 #include <cstdint>
 
 namespace dsv4::cuda::ptx {
+
+// ---- cp.async groups (each thread's own copies) ---------------------------------------------------------
+
+// Closes the group of this thread's cp.async copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most kPending of this thread's committed groups are in flight; the completed copies
+// are then visible to this thread.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { cp_async_wait<0>(); }
+// cp_async_wait for a count that becomes a constant only once an unrolled loop is (0 ≤ pending < 8):
+// the switch folds to the one wait instruction.
+__device__ __forceinline__ void cp_async_wait_pending(int pending) {
+  switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+  }
+}
 
 // ---- byte permutation -------------------------------------------------------------------------------------
 

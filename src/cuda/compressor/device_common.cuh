@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/params.hpp"
 
@@ -31,13 +32,7 @@ __device__ __forceinline__ void copy_async16(float4* smem_slot, const float* glo
   const auto slot = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_slot));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot), "l"(global) : "memory");
 }
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most kPending of this thread's committed copy groups are still in flight; the
-// completed copies are then visible to this thread.
-template <int kPending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
+// (Groups of copies: ptx::cp_async_commit, ptx::cp_async_wait, cuda/common/ptx_sm90.cuh.)
 
 // This thread's staging slots: [stage][row of the batch][vector] float4, interleaved across the
 // block's threads so that a warp's accesses are consecutive 16-byte words (no bank conflicts).

@@ -98,7 +98,7 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
       in_block = in_block + 1 == m ? 0 : in_block + 1;
       if (first + u + 1 < to) kv_row += rows.kv_stride, score_row += rows.score_stride;  // padding repeats a real row
     }
-    copy_async_commit();
+    ptx::cp_async_commit();
     copy_in_block = in_block;
     kv_next += kBatch * rows.kv_stride;
     score_next += kBatch * rows.score_stride;
@@ -109,9 +109,9 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
   for (int b = 0; b < batches; ++b) {
     if (b + 1 < batches) {
       copy_batch(b + 1);
-      copy_async_wait<1>();
+      ptx::cp_async_wait<1>();
     } else {
-      copy_async_wait<0>();
+      ptx::cp_async_wait<0>();
     }
     const int stage = b % Config::kStages;
 #pragma unroll

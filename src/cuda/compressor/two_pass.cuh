@@ -221,19 +221,19 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
         if (!Config::kSplit || c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
       }
     }
-    copy_async_commit();
+    ptx::cp_async_commit();
   };
   copy_batch(0);
   for (int b = 0; b < batches; ++b) {
     if constexpr (Config::kStages > 1) {
       if (b + 1 < batches) {
         copy_batch(b + 1);
-        copy_async_wait<1>();
+        ptx::cp_async_wait<1>();
       } else {
-        copy_async_wait<0>();
+        ptx::cp_async_wait<0>();
       }
     } else {
-      copy_async_wait<0>();
+      ptx::cp_async_wait<0>();
     }
     const int stage = b % Config::kStages;
     // Scores first (their batch maximum rescales the running sums), values read back per row.
@@ -493,8 +493,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
     const float* stored = partials + s * 3 * c + 4 * lane;  // [3][c], written by other SMs
     for (int v = 0; v < 3; ++v) copy_async16(staging.linear(3 * (s - first) + v), stored + v * c);
   }
-  copy_async_commit();
-  copy_async_wait<0>();
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
   SoftmaxPartial chain = empty_partial();
   for (int s = first; s < end; ++s) {
     SoftmaxPartial theirs;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"
+
 namespace dsv4::cuda::ptx {
 
 __device__ __forceinline__ std::uint32_t smem_address(const void* p) {
@@ -25,8 +27,7 @@ __device__ __forceinline__ void cp_async_8(void* smem_dst, const void* gmem_src,
                "r"(valid ? 8 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// (cp_async_commit / cp_async_wait_all: cuda/common/ptx_sm90.cuh.)
 
 // An mbarrier in shared memory as a hand-over between warpgroups. (Plain loads and stores ordered
 // only by bar.arrive -> bar.sync are reported as races by compute-sanitizer's racecheck; mbarrier

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/topk/bins.hpp"
 #include "cuda/topk/params.hpp"
 #include "dsv4/topk.hpp"
@@ -85,21 +86,6 @@ struct Shared {
 __device__ __forceinline__ void copy_async16(void* shared, const void* global) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
-}
-__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most `pending` (a constant after unrolling, < 8) of this thread's committed groups are in flight.
-__device__ __forceinline__ void copy_async_wait_pending(int pending) {
-  switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-  }
 }
 
 __device__ __forceinline__ int warp_inclusive_scan(int value) {
@@ -289,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
     for (int q = 0; q < kVectors; ++q) {
       const int i = 4 * (q * kThreads + tid);
       if (i < loaded) copy_async16(s_keys + i, scores + i);
-      copy_async_commit();  // one group a vector: the counting starts on the first to land
+      ptx::cp_async_commit();  // one group a vector: the counting starts on the first to land
     }
   }
 
@@ -305,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   __syncthreads();
 
   if (visible <= k) {  // every entry, then −1 (the same branch in every CTA of the cluster)
-    copy_async_wait_all();
+    ptx::cp_async_wait_all();
     if (p.slots && warp == 0) {
       const int request = find_request(p, row);
       if (lane == 0) s.request = request;
@@ -321,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   if (vector_rows) {  // each thread makes keys of the scores it copied, and counts the visible ones
 #pragma unroll
     for (int q = 0; q < kVectors; ++q) {
-      copy_async_wait_pending(kVectors - 1 - q);  // this thread's vector q has landed
+      ptx::cp_async_wait_pending(kVectors - 1 - q);  // this thread's vector q has landed
       const int i = 4 * (q * kThreads + tid);
       if (i >= here) continue;
       const float4 v = *reinterpret_cast<const float4*>(s_keys + i);
