@@ -511,10 +511,14 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                        s_sum);
 }
 
-// Stores the rows the ring must hold after the step (the last R positions seen), from the new rows.
+// Vectors a thread loads into registers before its first store in write_ring_direct.
+inline constexpr int kRingVectorsInRegisters = 8;
+
+// The ring write of a few vectors a thread (one round): every load in flight at once, in registers.
 template <class Config>
-__device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread) {
-  constexpr int kVectorsInFlight = 8;  // loads issued before the first store (a store may alias a later load)
+__device__ __forceinline__ void write_ring_direct(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                  int thread) {
+  constexpr int kVectorsInFlight = kRingVectorsInRegisters;  // loads issued before the first store
   const std::int64_t end = r.prefix + r.new_tokens;
   const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
   const int row_vectors = rows.row_width / 4;        // float4 per kv (or score) row
@@ -552,6 +556,101 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
       if (destination[u]) store4(destination[u], data[u]);
     }
   }
+}
+
+// Where vector i of a ring write is: row_offset = i / per_row of the rows written, `vector` = i mod
+// per_row (kv vectors, then score vectors), with that row's ring row and place in its block. A
+// thread visits its vectors i = thread + k·(unit threads) in order, so the cursor only ever adds.
+struct RingCursor {
+  int row_offset, vector, in_block, ring_row;
+
+  __device__ void advance(int step, int per_row, int ratio, int ring_rows) {
+    vector += step;
+    while (vector >= per_row) {
+      vector -= per_row;
+      ++row_offset;
+      if (++in_block == ratio) in_block = 0;
+      if (++ring_row == ring_rows) ring_row = 0;
+    }
+  }
+};
+
+// The ring write of many vectors a thread: each thread copies as many as its staging slots hold
+// into them (cp.async: no registers held), waits, and stores them (scores + ape, read from L1 after
+// the wait) — every load of a round before its first store.
+template <class Config>
+__device__ __forceinline__ void write_ring_staged(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                  int thread, const Staging<Config>& staging) {
+  constexpr int kSlots = Config::kStages * Config::kBatch * Config::kVectors;  // copies in flight a thread
+  constexpr int kThreads = Config::kUnitThreads;
+  const std::int64_t end = r.prefix + r.new_tokens;
+  const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
+  const int row_vectors = rows.row_width / 4;  // float4 per kv (or score) row
+  const int per_row = 2 * row_vectors;
+  const int vectors = static_cast<int>(end - first) * per_row;  // ≤ R · 2·coff·c / 4
+  const std::int64_t row0 = rows.row_begin + (first - r.prefix);  // new row of the first position written
+  RingCursor cursor;
+  cursor.row_offset = thread / per_row;
+  cursor.vector = thread - cursor.row_offset * per_row;
+  cursor.in_block = static_cast<int>((first + cursor.row_offset) % p.ratio);
+  cursor.ring_row = static_cast<int>((first + cursor.row_offset) % rows.ring_rows);
+  const auto channel_of = [&](const RingCursor& c) { return 4 * (c.vector >= row_vectors ? c.vector - row_vectors : c.vector); };
+  const auto ape_of = [&](const RingCursor& c) {
+    return rows.ape + static_cast<std::int64_t>(c.in_block) * rows.row_width + channel_of(c);
+  };
+  for (int base = thread; base < vectors; base += kSlots * kThreads) {
+    const RingCursor round = cursor;
+    // (Rolled loops: unrolled, this function doubled the kernel's code and the events paid for it in
+    // instruction fetch — prefill C4-128 T=64K 57 → 70 µs.)
+#pragma unroll 1
+    for (int u = 0; u < kSlots; ++u) {
+      if (base + u * kThreads < vectors) {
+        const std::int64_t row = row0 + cursor.row_offset;
+        const bool is_score = cursor.vector >= row_vectors;
+        const float* source = is_score ? rows.score + row * rows.score_stride : rows.kv + row * rows.kv_stride;
+        copy_async16(staging.linear(u), source + channel_of(cursor));
+        if (is_score) prefetch_l1(ape_of(cursor));  // read after the wait
+      }
+      cursor.advance(kThreads, per_row, p.ratio, rows.ring_rows);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait_all();
+    cursor = round;
+#pragma unroll 1
+    for (int u = 0; u < kSlots; ++u) {
+      if (base + u * kThreads < vectors) {
+        const bool is_score = cursor.vector >= row_vectors;
+        float4 value = *staging.linear(u);
+        if (is_score) value = add4(value, load_shared_input(ape_of(cursor)));
+        store4(rows.ring + static_cast<std::int64_t>(cursor.ring_row) * rows.record_floats + (is_score ? rows.row_width : 0) +
+                   channel_of(cursor),
+               value);
+      }
+      cursor.advance(kThreads, per_row, p.ratio, rows.ring_rows);
+    }
+  }
+}
+
+// A ring item's write of the rows the ring must hold after the step (the last R positions seen), from
+// the new rows. In a decode step (one item per request), more vectors a thread than one round of
+// registers go through the staging slots, where ape is L1-resident (short windows). Measured on the
+// H200: C4 decode at 4 tokens −4..20% (C4-512 B=1 10.9 → 8.8 µs, B=1024 41.5 → 37.3 µs); with
+// staged ape (C128) the step at B = 1024 took +66%. A head writing its own ring (after its reads)
+// calls write_ring_direct: a second inlined copy of the staged loop made the kernel's code 40%
+// larger, and the events paid for it in instruction fetch (prefill C4-128 T=64K 57 → 70 µs).
+template <class Config>
+__device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread,
+                                           const Staging<Config>& staging) {
+  if constexpr (!Config::kStageApe) {
+    const std::int64_t end = r.prefix + r.new_tokens;
+    const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
+    const std::int64_t vectors = (end - first) * 2 * (rows.row_width / 4);
+    if (p.one_item_per_request && vectors > kRingVectorsInRegisters * Config::kUnitThreads) {
+      write_ring_staged<Config>(p, rows, r, thread, staging);
+      return;
+    }
+  }
+  write_ring_direct<Config>(p, rows, r, thread);
 }
 
 // Events a request's head computes: the first coff, whose windows may reach below the prefix.
@@ -602,7 +701,8 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   if (item >= p.num_items) {  // a ring item
     const StepRequest r = step_request(p, item - p.num_items);
     const RingRows rows(p, r);
-    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) write_ring<Config>(p, rows, r, thread);
+    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r)))
+      write_ring<Config>(p, rows, r, thread, Staging<Config>(dynamic_shared));
     return;
   }
   // The split instantiation runs only steps whose events are all split head events and whose ring
@@ -626,7 +726,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
   if (!ring_item_writes<Config>(p, rows, r, head_events)) {
     unit_sync<Config>();  // every read of the unit precedes the writes
-    write_ring<Config>(p, rows, r, thread);
+    write_ring_direct<Config>(p, rows, r, thread);  // (write_ring's staged path only from ring items: inlined once)
   }
 }
 
