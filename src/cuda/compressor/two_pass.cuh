@@ -514,11 +514,14 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 // Vectors a thread loads into registers before its first store in write_ring_direct.
 inline constexpr int kRingVectorsInRegisters = 8;
 
-// The ring write of a few vectors a thread (one round): every load in flight at once, in registers.
+// The ring write in rounds of kRingVectorsInRegisters vectors a thread, each round's loads held in
+// registers (a head writing its own ring, prefill, and every write of at most one round).
 template <class Config>
 __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                   int thread) {
-  constexpr int kVectorsInFlight = kRingVectorsInRegisters;  // loads issued before the first store
+  // Every load of a round is issued before its first store: the compiler cannot move a load above a
+  // store that may alias it, so interleaved they would run one round trip at a time.
+  constexpr int kVectorsInFlight = kRingVectorsInRegisters;
   const std::int64_t end = r.prefix + r.new_tokens;
   const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
   const int row_vectors = rows.row_width / 4;        // float4 per kv (or score) row
@@ -560,7 +563,8 @@ __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const R
 
 // Where vector i of a ring write is: row_offset = i / per_row of the rows written, `vector` = i mod
 // per_row (kv vectors, then score vectors), with that row's ring row and place in its block. A
-// thread visits its vectors i = thread + k·(unit threads) in order, so the cursor only ever adds.
+// thread visits its vectors i = thread + k·(unit threads) in order, so the cursor only ever adds
+// (write_ring_staged rewinds it once a round, to replay the copies' positions for the stores).
 struct RingCursor {
   int row_offset, vector, in_block, ring_row;
 
@@ -587,7 +591,8 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
   const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
   const int row_vectors = rows.row_width / 4;  // float4 per kv (or score) row
   const int per_row = 2 * row_vectors;
-  const int vectors = static_cast<int>(end - first) * per_row;  // ≤ R · 2·coff·c / 4
+  // ≤ R · 2·coff·c / 4 with R = coff·m + 8 ring rows (C128: 34816): an int, as in write_ring_direct.
+  const int vectors = static_cast<int>(end - first) * per_row;
   const std::int64_t row0 = rows.row_begin + (first - r.prefix);  // new row of the first position written
   RingCursor cursor;
   cursor.row_offset = thread / per_row;
@@ -599,9 +604,8 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
     return rows.ape + static_cast<std::int64_t>(c.in_block) * rows.row_width + channel_of(c);
   };
   for (int base = thread; base < vectors; base += kSlots * kThreads) {
-    const RingCursor round = cursor;
-    // (Rolled loops: unrolled, this function doubled the kernel's code and the events paid for it in
-    // instruction fetch — prefill C4-128 T=64K 57 → 70 µs.)
+    const RingCursor round_start = cursor;
+    // (Rolled loops: the kernel's code is what the events pay for in instruction fetch; see write_ring.)
 #pragma unroll 1
     for (int u = 0; u < kSlots; ++u) {
       if (base + u * kThreads < vectors) {
@@ -615,7 +619,7 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
     }
     ptx::cp_async_commit();
     ptx::cp_async_wait_all();
-    cursor = round;
+    cursor = round_start;
 #pragma unroll 1
     for (int u = 0; u < kSlots; ++u) {
       if (base + u * kThreads < vectors) {
@@ -633,11 +637,12 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 
 // A ring item's write of the rows the ring must hold after the step (the last R positions seen), from
 // the new rows. In a decode step (one item per request), more vectors a thread than one round of
-// registers go through the staging slots, where ape is L1-resident (short windows). Measured on the
-// H200: C4 decode at 4 tokens −4..20% (C4-512 B=1 10.9 → 8.8 µs, B=1024 41.5 → 37.3 µs); with
-// staged ape (C128) the step at B = 1024 took +66%. A head writing its own ring (after its reads)
-// calls write_ring_direct: a second inlined copy of the staged loop made the kernel's code 40%
-// larger, and the events paid for it in instruction fetch (prefill C4-128 T=64K 57 → 70 µs).
+// registers (C4: 3 tokens and up) go through the staging slots, where ape is L1-resident (short
+// windows). Measured on the H200 at 4 tokens, same call: C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8,
+// B=1024 41.9 → 38.0, C4-128 B=256 11.9 → 10.3; with staged ape (C128) the step at B = 1024 took
+// +66%. A head writing its own ring (after its reads) calls write_ring_direct, so the staged loop is
+// inlined once and rolled: unrolled and inlined at both call sites it made the lean kernel's code 85%
+// larger and prefill C4-128 T=64K 57 → 70 µs (the events' instruction fetch); rolled, still 42%.
 template <class Config>
 __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread,
                                            const Staging<Config>& staging) {
