@@ -514,18 +514,29 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 // Vectors a thread loads into registers before its first store in write_ring_direct.
 inline constexpr int kRingVectorsInRegisters = 8;
 
+// The positions a request's ring holds after the step, which its ring write stores from the new rows:
+// the last R seen, but none before the step's first new position.
+struct RingWriteSpan {
+  std::int64_t first;  // first position written
+  int vectors;         // float4 vectors written: positions · (kv row + score row); ≤ R · 2·coff·c / 4
+};
+__device__ __forceinline__ RingWriteSpan ring_write_span(const RingRows& rows, const StepRequest& r) {
+  const std::int64_t end = r.prefix + r.new_tokens;
+  const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
+  return {first, static_cast<int>(end - first) * 2 * (rows.row_width / 4)};
+}
+
 // The ring write in rounds of kRingVectorsInRegisters vectors a thread, each round's loads held in
 // registers (a head writing its own ring, prefill, and every write of at most one round).
 template <class Config>
 __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                                  int thread) {
+                                                  const RingWriteSpan& span, int thread) {
   // Every load of a round is issued before its first store: the compiler cannot move a load above a
   // store that may alias it, so interleaved they would run one round trip at a time.
   constexpr int kVectorsInFlight = kRingVectorsInRegisters;
-  const std::int64_t end = r.prefix + r.new_tokens;
-  const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
-  const int row_vectors = rows.row_width / 4;        // float4 per kv (or score) row
-  const int vectors = static_cast<int>(end - first) * 2 * row_vectors;  // ≤ R · 2·coff·c / 4
+  const std::int64_t first = span.first;
+  const int row_vectors = rows.row_width / 4;  // float4 per kv (or score) row
+  const int vectors = span.vectors;
   const int first_ring_row = static_cast<int>(first % rows.ring_rows);
   const int first_in_block = static_cast<int>(first % p.ratio);
   for (int base = 0; base < vectors; base += kVectorsInFlight * Config::kUnitThreads) {
@@ -584,15 +595,13 @@ struct RingCursor {
 // the wait) — every load of a round before its first store.
 template <class Config>
 __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                                  int thread, const Staging<Config>& staging) {
+                                                  const RingWriteSpan& span, int thread, const Staging<Config>& staging) {
   constexpr int kSlots = Config::kStages * Config::kBatch * Config::kVectors;  // copies in flight a thread
   constexpr int kThreads = Config::kUnitThreads;
-  const std::int64_t end = r.prefix + r.new_tokens;
-  const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
+  const std::int64_t first = span.first;
   const int row_vectors = rows.row_width / 4;  // float4 per kv (or score) row
   const int per_row = 2 * row_vectors;
-  // ≤ R · 2·coff·c / 4 with R = coff·m + 8 ring rows (C128: 34816): an int, as in write_ring_direct.
-  const int vectors = static_cast<int>(end - first) * per_row;
+  const int vectors = span.vectors;
   const std::int64_t row0 = rows.row_begin + (first - r.prefix);  // new row of the first position written
   RingCursor cursor;
   cursor.row_offset = thread / per_row;
@@ -646,16 +655,14 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 template <class Config>
 __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread,
                                            const Staging<Config>& staging) {
+  const RingWriteSpan span = ring_write_span(rows, r);
   if constexpr (!Config::kStageApe) {
-    const std::int64_t end = r.prefix + r.new_tokens;
-    const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
-    const std::int64_t vectors = (end - first) * 2 * (rows.row_width / 4);
-    if (p.one_item_per_request && vectors > kRingVectorsInRegisters * Config::kUnitThreads) {
-      write_ring_staged<Config>(p, rows, r, thread, staging);
+    if (p.one_item_per_request && span.vectors > kRingVectorsInRegisters * Config::kUnitThreads) {
+      write_ring_staged<Config>(p, rows, r, span, thread, staging);
       return;
     }
   }
-  write_ring_direct<Config>(p, rows, r, thread);
+  write_ring_direct<Config>(p, rows, r, span, thread);
 }
 
 // Events a request's head computes: the first coff, whose windows may reach below the prefix.
@@ -731,7 +738,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
   if (!ring_item_writes<Config>(p, rows, r, head_events)) {
     unit_sync<Config>();  // every read of the unit precedes the writes
-    write_ring_direct<Config>(p, rows, r, thread);  // (write_ring's staged path only from ring items: inlined once)
+    write_ring_direct<Config>(p, rows, r, ring_write_span(rows, r), thread);  // (write_ring's staged path only from ring items: inlined once)
   }
 }
 
