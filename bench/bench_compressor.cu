@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -275,6 +276,38 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
 }
 
+// A decode graph replays every layer's compressor one after another. kLayerSteps steps of the same
+// shape on separate inputs, state and caches (the other layers), captured in one graph and timed
+// together (L2 flushed before the graph only; every layer's data is its own, so each step still reads
+// cold rows and state): the time per step. What separates it from the one-step graph is the graph
+// launch's fixed cost, which a model's decode graph pays once for all its layers.
+constexpr int kLayerSteps = 8;
+
+double per_step_in_layer_graph_us(const Kind& kind, const std::vector<std::int64_t>& prefixes, int new_tokens,
+                                  cudaStream_t stream) {
+  std::vector<std::unique_ptr<Step>> layers;
+  std::vector<void*> layouts;
+  for (int l = 0; l < kLayerSteps; ++l) {
+    layers.push_back(std::make_unique<Step>(kind, prefixes, new_tokens, 5000 + 97 * l + prefixes.size()));
+    void* layout = nullptr;
+    check_cuda(cudaMalloc(&layout, layers.back()->layout.device_bytes), "cudaMalloc(layout)");
+    check_cuda(cudaMemcpy(layout, layers.back()->layout.bytes.data(), layers.back()->layout.bytes.size(),
+                          cudaMemcpyHostToDevice), "upload");
+    layouts.push_back(layout);
+  }
+  double us = 0;
+  {
+    const bench::CapturedGraph graph(stream, [&](cudaStream_t s) {
+      for (int l = 0; l < kLayerSteps; ++l) {
+        cuda::launch_compress_step(layers[l]->args, layers[l]->layout, layouts[l], s, cuda::StepMetadata::InParametersWhenSmall);
+      }
+    });
+    us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream) / kLayerSteps;
+  }
+  for (void* layout : layouts) cudaFree(layout);
+  return us;
+}
+
 void decode_case(bench::Report& report, const Kind& kind, int requests, int new_tokens, double copy_gbs) {
   std::mt19937_64 rng(1000 + requests * 10 + new_tokens);
   std::vector<std::int64_t> prefixes;
@@ -319,6 +352,7 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   bench::TimingOptions code_warm;
   code_warm.after_flush = [&](cudaStream_t s) { other_graph.launch(s); };
   const double code_warm_us = bench::time_us([&](cudaStream_t s) { kernel_only.launch(s); }, stream, code_warm);
+  const double layer_graph_us = per_step_in_layer_graph_us(kind, prefixes, new_tokens, stream);
 
   // Replays are idempotent (no step writes state its reads use), so the reference runs on the
   // state from before the timing; the kernel runs once more with the compressed rows as output.
@@ -339,10 +373,12 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
              {{"B", requests}, {"new_tokens", new_tokens}, {"ratio", kind.ratio}, {"width", step.spec.width},
               {"online", kind.online}, {"events", step.plan.events.size()}, {"split_events", step.layout.split_events},
               {"bytes", bytes}, {"target_us", 8},
-              {"with_upload_us", upload_us}, {"metadata_in_memory_us", in_memory_us}, {"code_warm_us", code_warm_us}},
+              {"with_upload_us", upload_us}, {"metadata_in_memory_us", in_memory_us}, {"code_warm_us", code_warm_us},
+              {"layer_graph_steps", kLayerSteps}, {"per_step_in_layer_graph_us", layer_graph_us}},
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
   std::printf("%40s %10.2f us with the metadata upload in the graph, %.2f us with the metadata read from memory, "
-              "%.2f us with the code in L2\n", "", upload_us, in_memory_us, code_warm_us);
+              "%.2f us with the code in L2, %.2f us a step in a graph of %d layers' steps\n", "", upload_us,
+              in_memory_us, code_warm_us, layer_graph_us, kLayerSteps);
 }
 
 // The floor of the decode rows' method: a CUDA graph of one empty kernel, timed the same way (L2
@@ -355,8 +391,14 @@ void decode_floor_case(bench::Report& report, double copy_gbs) {
   {
     const bench::CapturedGraph graph(stream, [](cudaStream_t s) { empty_kernel<<<1, 128, 0, s>>>(); });
     const double us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream);
-    report.add("decode floor (an empty kernel in a graph)", {{"blocks", 1}, {"threads", 128}}, us, "GB/s", 0.0, copy_gbs,
-               true);
+    const bench::CapturedGraph layers(stream, [](cudaStream_t s) {
+      for (int l = 0; l < kLayerSteps; ++l) empty_kernel<<<1, 128, 0, s>>>();
+    });
+    const double per_layer_us = bench::time_us([&](cudaStream_t s) { layers.launch(s); }, stream) / kLayerSteps;
+    report.add("decode floor (an empty kernel in a graph)",
+               {{"blocks", 1}, {"threads", 128}, {"layer_graph_steps", kLayerSteps}, {"per_step_in_layer_graph_us", per_layer_us}},
+               us, "GB/s", 0.0, copy_gbs, true);
+    std::printf("%40s %10.2f us a kernel in a graph of %d\n", "", per_layer_us, kLayerSteps);
   }
   cudaStreamDestroy(stream);
 }

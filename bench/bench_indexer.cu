@@ -20,6 +20,7 @@
 
 #include "bench_common.hpp"
 #include "dsv4/indexer.hpp"
+#include "dsv4/topk.hpp"
 
 namespace {
 
@@ -195,6 +196,59 @@ std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
   return "query_" + format_name(f) + "_rows" + std::to_string(rows);
 }
 
+// A decode graph runs every layer's indexer one after another. kLayerCalls calls of a one-request
+// case, each over its own request's pages of the pool (its own keys), its own queries and scores,
+// captured in one graph and timed together (L2 flushed before the graph only): the time per call,
+// without the one-call launch's fixed cost. Also per layer: the scores followed by the top-512 of
+// the row (indices and slots), as a decode step runs them.
+constexpr int kLayerCalls = 8;
+struct LayerGraphTimes {
+  double scores_us, scores_topk_us;
+};
+
+LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
+  constexpr int kTopK = 512;
+  std::vector<std::int32_t> qs = {0, 1}, vis = {static_cast<std::int32_t>(c.entries)};
+  const Tensor d_qs = Tensor::from_host(DType::I32, {2}, qs.data(), Device::CUDA);
+  const Tensor d_vis = Tensor::from_host(DType::I32, {1}, vis.data(), Device::CUDA);
+  const IndexerKeyCacheView keys{pool.pages.view(), pool.format, kEntriesPerPage};
+  std::vector<Queries> queries;
+  std::vector<Tensor> scores, indices, slots;
+  std::vector<IndexerRowsView> rows;
+  for (int l = 0; l < kLayerCalls; ++l) {
+    queries.emplace_back(c.format, 1, 4321 + l);
+    scores.push_back(Tensor::empty(DType::F32, {1, c.entries}, Device::CUDA));
+    indices.push_back(Tensor::empty(DType::I32, {1, kTopK}, Device::CUDA));
+    slots.push_back(Tensor::empty(DType::I32, {1, kTopK}, Device::CUDA));
+    TensorView table = pool.page_table.view();  // request l's row: keys no other layer reads
+    table.data = pool.page_table.data_as<std::int32_t>() + static_cast<std::int64_t>(l) * pool.pages_per_request;
+    table.shape[0] = 1;
+    rows.push_back({d_qs.view(), d_vis.view(), table});
+  }
+  cudaStream_t stream;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  IndexerOptions fast;
+  fast.check_contents = false;
+  fast.stream = stream;
+  const auto time_graph = [&](bool with_topk) {
+    for (int l = 0; l < kLayerCalls; ++l) {  // first calls outside the capture (kernel attributes)
+      indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
+      if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+    }
+    check_cuda(cudaStreamSynchronize(stream), "layer calls");
+    const bench::CapturedGraph graph(stream, [&](cudaStream_t) {
+      for (int l = 0; l < kLayerCalls; ++l) {
+        indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
+        if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+      }
+    });
+    return bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, true}) / kLayerCalls;
+  };
+  const LayerGraphTimes times{time_graph(false), time_graph(true)};
+  cudaStreamDestroy(stream);
+  return times;
+}
+
 // The cases asked for on the command line: all when no name part is given.
 void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, const Pool& pool) {
   const std::int64_t rows = static_cast<std::int64_t>(c.batch) * c.next_n;
@@ -223,9 +277,17 @@ void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, con
   const double key_bytes = static_cast<double>(c.batch) * c.entries * pool.format.entry_bytes();
   const std::string name = decode_name(c);
   const double tflops = 2.0 * rows * c.entries * kHeads * kDim / (us * 1e-6) / 1e12;
-  report.add(name, {{"batch", c.batch}, {"entries", c.entries}, {"next_n", c.next_n}, {"format", format_name(c.format)},
-                    {"key_bytes", key_bytes}, {"tflops", tflops}},
-             us, "GB/s", key_bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
+  nlohmann::json shape = {{"batch", c.batch},          {"entries", c.entries}, {"next_n", c.next_n},
+                          {"format", format_name(c.format)}, {"key_bytes", key_bytes}, {"tflops", tflops}};
+  if (c.batch == 1 && c.next_n == 1) {
+    const LayerGraphTimes layers = time_layer_graphs(c, pool);
+    shape["layer_graph_steps"] = kLayerCalls;
+    shape["per_call_in_layer_graph_us"] = layers.scores_us;
+    shape["per_layer_scores_topk512_in_graph_us"] = layers.scores_topk_us;
+    std::printf("%40s %10.2f us a call in a graph of %d layers' calls; scores + top-512 %.2f us a layer\n", "",
+                layers.scores_us, kLayerCalls, layers.scores_topk_us);
+  }
+  report.add(name, shape, us, "GB/s", key_bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
 }
 
 void run_prefill(bench::Report& report, IndexerKeyFormat format, std::int64_t tokens) {

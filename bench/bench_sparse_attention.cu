@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -155,6 +156,27 @@ CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(
 // same kernels on one entry of other inputs), or everything from the previous call.
 enum class L2State { cold, warm_code, warm };
 
+// A decode graph runs every layer's attention one after another: kLayerCalls calls of the case's shape
+// with their own queries, slots and outputs (the first is `first`'s), captured in one graph and timed
+// together (L2 flushed before the graph only; random slots over the 153 MB pools, so each call's
+// gathers stay cold): the time per call, without the one-call graph's fixed launch cost.
+constexpr int kLayerCalls = 8;
+
+double per_call_in_layer_graph_us(const Case& c, const Pools& pools, const CaseInputs& first) {
+  std::mt19937_64 layer_rng(7 + static_cast<std::uint64_t>(c.heads) * 1000 + c.compressed);  // `rng` untouched
+  std::vector<std::unique_ptr<CaseInputs>> layers;
+  for (int l = 1; l < kLayerCalls; ++l) {
+    layers.push_back(std::make_unique<CaseInputs>(c, layer_rng));
+    layers.back()->options.stream = first.stream;
+  }
+  check_cuda(cudaDeviceSynchronize(), "layer inputs");
+  const dsv4::bench::CapturedGraph graph(first.stream, [&](cudaStream_t) {
+    first.call(pools);
+    for (const auto& layer : layers) layer->call(pools);
+  });
+  return dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, first.stream, {3, 20, true}) / kLayerCalls;
+}
+
 // Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
 void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, std::mt19937_64& rng, L2State l2) {
   CaseInputs in(c, rng);  // not const: the CPU reference reads the host slots through mutable views
@@ -171,6 +193,11 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
     timing.after_flush = [&](cudaStream_t s) { warmer_graph->launch(s); };
   }
   const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, timing);
+  nlohmann::json shape = {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split}};
+  if (c.batch == 1 && l2 == L2State::cold) {
+    shape["layer_graph_steps"] = kLayerCalls;
+    shape["per_call_in_layer_graph_us"] = per_call_in_layer_graph_us(c, pools, in);
+  }
   constexpr int kWindow = CaseInputs::kWindow;
   const Tensor &q = in.q, &out = in.out, &lse = in.lse;
   std::vector<std::int32_t>&window_slots = in.window_slots, &compressed_slots = in.compressed_slots;
@@ -207,30 +234,44 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
 
   const double flops = 2.0 * c.heads * n * 1024.0 * c.rows;
   const double bytes = double(c.rows) * n * F::kEntryBytes + 2.0 * c.rows * c.heads * F::kDim * 2;
-  report.add(l2 == L2State::warm_code ? c.name + "_warmcode" : c.name,
-             {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split},
-              {"gathered_GBps", bytes / (us * 1e3)}},
-             us, "TFLOP/s", flops / (us * 1e6), kBf16Ceiling, ok);
+  shape["gathered_GBps"] = bytes / (us * 1e3);
+  report.add(l2 == L2State::warm_code ? c.name + "_warmcode" : c.name, shape, us, "TFLOP/s", flops / (us * 1e6),
+             kBf16Ceiling, ok);
+  if (shape.contains("per_call_in_layer_graph_us"))
+    std::printf("%40s %10.2f us a call in a graph of %d layers' calls\n", "",
+                shape["per_call_in_layer_graph_us"].get<double>(), kLayerCalls);
 }
 
 #ifdef DSV4_ATTENTION_TIMELINE
 // Timeline mode (64-head tile only): the case's graph timed with the recording compiled in but off,
 // then on; then one recorded call after an L2 flush, as in the timing, whose stamps are analyzed.
-nlohmann::json run_timeline(const Case& c, const Pools& pools, std::mt19937_64& rng) {
+nlohmann::json run_timeline(const Case& c, const Pools& pools, std::mt19937_64& rng, L2State l2) {
   namespace tl = dsv4::cuda::sparse_attention::timeline;
   const CaseInputs in(c, rng);
   const cudaStream_t stream = in.stream;
+  // --warm-code: after each flush the same kernels run on one entry of other inputs (as run_case).
+  std::optional<CaseInputs> warmer;
+  std::optional<dsv4::bench::CapturedGraph> warmer_graph;
+  dsv4::bench::TimingOptions timing{3, 20, true}, recorded{0, 1, true};
+  if (l2 == L2State::warm_code) {
+    std::mt19937_64 warmer_rng(1);
+    warmer.emplace(c, warmer_rng, true);
+    warmer_graph.emplace(warmer->graph_of_call(pools));
+    timing.after_flush = recorded.after_flush = [&](cudaStream_t s) { warmer_graph->launch(s); };
+  }
   // One record per thread block: rows × 64-head tiles × chunks × at most 4 output-dim parts.
   const long long chunks = (in.n + c.split - 1) / c.split;
   const long long capacity = static_cast<long long>(c.rows) * ((c.heads + 63) / 64) * chunks * 4;
   Tensor records = Tensor::empty(DType::U8, {capacity * tl::kRecordWords * 8}, Device::CUDA);
   const dsv4::bench::CapturedGraph graph = in.graph_of_call(pools);
   const auto launch = [&](cudaStream_t s) { graph.launch(s); };
-  const double off_us = dsv4::bench::time_us(launch, stream, {3, 20, true});
+  const double off_us = dsv4::bench::time_us(launch, stream, timing);
   tl::set_timeline_buffer(records.data_as<std::uint64_t>(), static_cast<int>(capacity));
-  const double on_us = dsv4::bench::time_us(launch, stream, {3, 20, true});
+  const double on_us = dsv4::bench::time_us(launch, stream, timing);
   check_cuda(cudaMemsetAsync(records.data(), 0, records.nbytes(), stream), "clear timeline records");
-  const double recorded_us = dsv4::bench::time_us(launch, stream, {0, 1, true});
+  // The warmer's own stamps land in records too (its blocks have the same indices) but come first:
+  // the timed call overwrites every word it stamps.
+  const double recorded_us = dsv4::bench::time_us(launch, stream, recorded);
   tl::set_timeline_buffer(nullptr, 0);
   std::vector<std::uint64_t> words(records.nbytes() / 8);
   check_cuda(cudaMemcpy(words.data(), records.data(), records.nbytes(), cudaMemcpyDeviceToHost), "timeline records");
@@ -324,7 +365,7 @@ int main(int argc, char** argv) {
     nlohmann::json runs = nlohmann::json::array();
     for (const Case& c : cases)
       if (std::find(names.begin(), names.end(), c.name) != names.end())
-        runs.push_back(run_timeline(c, pools, rng));
+        runs.push_back(run_timeline(c, pools, rng, l2));
     if (runs.size() != names.size()) std::fprintf(stderr, "timeline: some of the named cases do not exist\n");
     std::ofstream(out_dir) << nlohmann::json{{"cases", runs}}.dump() << "\n";
     return runs.size() == names.size() && !names.empty() ? 0 : 1;

@@ -44,23 +44,51 @@ __device__ __forceinline__ float chunk_weight(float chunk_max, float max_safe) {
   return chunk_max == -INFINITY ? 0.0f : ptx::exp2_approx(__fsub_rn(chunk_max, max_safe));
 }
 
+// The normalizer of a row from its maximum (base 2, over the chunks and the sink) and Σ_c l_c·w_c.
+__device__ __forceinline__ RowNormalizer finish_normalizer(float max, float chunk_denominator, float sink2) {
+  RowNormalizer r;
+  r.max_safe = max == -INFINITY ? 0.0f : max;
+  const float denom = __fadd_rn(chunk_denominator, ptx::exp2_approx(__fsub_rn(sink2, r.max_safe)));
+  r.inv_denom = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
+  r.lse = denom > 0.0f ? __fmul_rn(__fadd_rn(r.max_safe, log2f(denom)), kLn2) : -INFINITY;
+  return r;
+}
+
 // `stats(c)` returns chunk c's (max in base 2, Σp) as a float2; `sink2` is the sink in base 2.
 template <class ChunkStats>
 __device__ __forceinline__ RowNormalizer merge_weights(int num_chunks, ChunkStats stats, float sink2) {
   float m = sink2;
   for (int c = 0; c < num_chunks; ++c) m = fmaxf(m, stats(c).x);
-  RowNormalizer r;
-  r.max_safe = m == -INFINITY ? 0.0f : m;
+  const float max_safe = m == -INFINITY ? 0.0f : m;
   float denom = 0.0f;
   for (int c = 0; c < num_chunks; ++c) {
     const float2 s = stats(c);
-    const float w = chunk_weight(s.x, r.max_safe);
+    const float w = chunk_weight(s.x, max_safe);
     if (w != 0.0f) denom = __fmaf_rn(s.y, w, denom);
   }
-  denom = __fadd_rn(denom, ptx::exp2_approx(__fsub_rn(sink2, r.max_safe)));
-  r.inv_denom = denom > 0.0f ? __frcp_rn(denom) : 0.0f;
-  r.lse = denom > 0.0f ? __fmul_rn(__fadd_rn(r.max_safe, log2f(denom)), kLn2) : -INFINITY;
-  return r;
+  return finish_normalizer(m, denom, sink2);
+}
+
+// merge_weights with one row's chunks spread over the 16 lanes of a half-warp (every lane of the warp
+// calls it): lane c of the half holds chunk c's (max, sum) in `mine` (`chunk` = c; lanes c ≥
+// num_chunks ≤ 16 hold anything). Every lane gets the normalizer, and `weight` its chunk's weight (0
+// past num_chunks). The same operations in the same order: the maximum is exact in any order, the
+// denominator is summed in chunk order by every lane from the shuffled values.
+__device__ __forceinline__ RowNormalizer merge_weights_half_warp(int num_chunks, float2 mine, int chunk, float sink2,
+                                                                 float& weight) {
+  const bool live = chunk < num_chunks;
+  float m = live ? fmaxf(sink2, mine.x) : sink2;
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset, 16));
+  const float max_safe = m == -INFINITY ? 0.0f : m;
+  weight = live ? chunk_weight(mine.x, max_safe) : 0.0f;
+  float denom = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    const float w = __shfl_sync(0xffffffffu, weight, c, 16), l = __shfl_sync(0xffffffffu, mine.y, c, 16);
+    if (c < num_chunks && w != 0.0f) denom = __fmaf_rn(l, w, denom);
+  }
+  return finish_normalizer(m, denom, sink2);
 }
 
 __device__ __forceinline__ float accumulate_chunk(float acc, float chunk_out, float weight) {

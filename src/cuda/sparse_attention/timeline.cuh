@@ -31,6 +31,11 @@ enum HeaderWord : int {
   kEpilogueStart = 6,       // + consumer (0, 1): after the last P·V
   kEnd = 8,                 // + consumer: before the consumer returns (output, partials or merge written)
   kEndGlobal = 10,          // + consumer: %globaltimer (ns) at kEnd
+  // The cluster merge's steps (consumer 0's leader; merge_in_cluster):
+  kMergeValuesPlaced = 12,  // every chunk's values staged (the first cluster barrier passed)
+  kMergeWeightsDone = 13,   // the statistics gathered, the weights and 1/denominators in shared memory
+  kMergeStored = 14,        // the merged outputs stored
+  kMergeReleased = 15,      // the last cluster barrier passed
   kHeaderWords = 16,
 };
 enum ProducerWord : int {

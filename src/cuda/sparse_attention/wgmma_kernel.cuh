@@ -335,13 +335,61 @@ struct StagedRows {
   }
 };
 
+// Cluster sizes of the merge: 2..16 chunks (launch.cu).
+constexpr int kMaxClusterChunks = 16;
+
+// Part of merge_in_cluster: Σ_c w_c·O_c in chunk order for elements (float4 of a head row) [0, total),
+// element i at byte `offset(i)` of every chunk block's staged rows, then `finish(i, acc)`. kBatch
+// elements per thread at a time, their remote reads for kGroup chunks in flight together.
+template <int kBatch, int kGroup, class Offset, class Weight, class Finish>
+__device__ __forceinline__ void sum_chunks(const cooperative_groups::cluster_group& cluster, std::uint8_t* smem,
+                                           int chunks, int total, int thread, int threads, Offset offset,
+                                           Weight weight, Finish finish) {
+  for (int first = thread; first < total; first += kBatch * threads) {
+    float4 acc[kBatch];
+    int staged_offset[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      staged_offset[b] = offset(min(first + b * threads, total - 1));
+      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int c0 = 0; c0 < chunks; c0 += kGroup) {
+      float4 o[kGroup][kBatch];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        const std::uint8_t* theirs = cluster.map_shared_rank(smem, min(c0 + g, chunks - 1));
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          if (c0 + g < chunks && first + b * threads < total)  // no read past the ends (not even repeated ones)
+            o[g][b] = *reinterpret_cast<const float4*>(theirs + staged_offset[b]);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (c0 + g >= chunks) break;
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const float w = weight(min(first + b * threads, total - 1), c0 + g);
+          acc[b].x = accumulate_chunk(acc[b].x, o[g][b].x, w);
+          acc[b].y = accumulate_chunk(acc[b].y, o[g][b].y, w);
+          acc[b].z = accumulate_chunk(acc[b].z, o[g][b].z, w);
+          acc[b].w = accumulate_chunk(acc[b].w, o[g][b].w, w);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (first + b * threads < total) finish(first + b * threads, acc[b]);
+  }
+}
+
 // The consumers' end of a block launched in a cluster of the row's chunks (kClusterMerge): each block
 // stages its float32 O and (max, sum) per head in its own shared memory; after a cluster barrier, block
 // (chunk) r merges heads [r·n/C, (r+1)·n/C) of the tile for this part's dims, reading every chunk's
 // values through distributed shared memory in chunk order, with merge_chunks' arithmetic (the same
 // bytes as the merge through global memory); a second barrier keeps every block's shared memory alive
 // until the others have read it. `column0` is this thread's first staged column (dims, in the
-// consumer's slice).
+// consumer's slice). A remote read costs ≈ 0.4 µs, so every step issues all of its reads at once.
 template <int kHeadTile, int kConsumerDims>
 __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p, const ChunkWork& work, int dim_begin,
                                                  int dims, std::uint8_t* smem, const float* s_tables,
@@ -367,69 +415,71 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
     if (consumer == 0 && quad == 0) s_stats[local_head] = make_float2(run_max[half], row_sum[half]);
   }
   cluster.barrier_wait(cluster.barrier_arrive());  // every chunk's values are in place
+  DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeValuesPlaced));
 
   const int chunks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int head_begin = rank * tile_heads / chunks, head_end = (rank + 1) * tile_heads / chunks;
   const int my_heads = head_end - head_begin;
+  const int thread = ctid + consumer * 128;
   // Weights [my_heads][chunks] after the staged rows (free), 1/denominators in the merge's slot.
   auto* s_weights = reinterpret_cast<float*>(smem + W::kQ + 2 * kHeadTile * Staged::kPitch);
   auto* s_inv = reinterpret_cast<float*>(smem + W::kInv);
-  if (ctid + consumer * 128 < my_heads) {
-    const int i = ctid + consumer * 128, local_head = head_begin + i, h = work.head0 + local_head;
-    const auto chunk_stats = [&](int c) { return cluster.map_shared_rank(s_stats, c)[local_head]; };
-    const RowNormalizer n = merge_weights(chunks, chunk_stats, __fmul_rn(s_tables[local_head], kLog2e));
-    for (int c = 0; c < chunks; ++c) s_weights[i * chunks + c] = chunk_weight(chunk_stats(c).x, n.max_safe);
-    s_inv[i] = n.inv_denom;
-    if (write_lse) p.lse[work.row * p.num_heads + h] = n.lse;
+  // The weights: one half-warp per head, lane c reading chunk c's statistics (all reads in flight at
+  // once; the consumers cover my_heads half-warps in rounds of 16).
+  for (int base = 0; base < my_heads * kMaxClusterChunks; base += W::kConsumerThreads) {
+    const int i = (base + thread) / kMaxClusterChunks, c = (base + thread) % kMaxClusterChunks;
+    const int local_head = head_begin + min(i, my_heads - 1);
+    const float2 mine = c < chunks ? cluster.map_shared_rank(s_stats, c)[local_head] : make_float2(0.0f, 0.0f);
+    float weight;
+    const RowNormalizer n =
+        merge_weights_half_warp(chunks, mine, c, __fmul_rn(s_tables[local_head], kLog2e), weight);
+    if (i < my_heads) {
+      if (c < chunks) s_weights[i * chunks + c] = weight;
+      if (c == 0) {
+        s_inv[i] = n.inv_denom;
+        if (write_lse) p.lse[work.row * p.num_heads + work.head0 + local_head] = n.lse;
+      }
+    }
   }
+  static_assert(W::kQ + 2 * kHeadTile * Staged::kPitch + kHeadTile * kMaxClusterChunks * 4 <= W::kSlots,
+                "the merge's weights fit where the Q and K tiles were");
   ptx::barrier_sync(W::kConsumerBarrier, W::kConsumerThreads);
+  DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeWeightsDone));
 
   const bool has_rope = p.rope_cos != nullptr;
   const float* rope_cos = s_tables + kHeadTile;
   const float* rope_sin = rope_cos + Entry::kRopeDim / 2;
   const int quads = dims / 4;  // float4 per head row of this part
   const int total = my_heads * quads;
-  constexpr int kBatch = 4;  // float4 per thread at a time: their remote reads of one chunk in flight together
-  for (int first = ctid + consumer * 128; first < total; first += kBatch * W::kConsumerThreads) {
-    float4 acc[kBatch];
-    int staged_offset[kBatch];  // element b: byte offset in every block's staged rows
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = min(first + b * W::kConsumerThreads, total - 1);  // past the end: a valid, unused element
-      const int local_head = head_begin + i / quads, column = (i % quads) * 4;
-      staged_offset[b] = static_cast<int>(W::kQ) + (column / kConsumerDims) * kHeadTile * Staged::kPitch +
-                         local_head * Staged::kPitch + (column % kConsumerDims) * 4;
-      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    for (int c = 0; c < chunks; ++c) {
-      const std::uint8_t* theirs = cluster.map_shared_rank(smem, c);
-      float4 o[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) o[b] = *reinterpret_cast<const float4*>(theirs + staged_offset[b]);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const float w = s_weights[(min(first + b * W::kConsumerThreads, total - 1) / quads) * chunks + c];
-        acc[b].x = accumulate_chunk(acc[b].x, o[b].x, w);
-        acc[b].y = accumulate_chunk(acc[b].y, o[b].y, w);
-        acc[b].z = accumulate_chunk(acc[b].z, o[b].z, w);
-        acc[b].w = accumulate_chunk(acc[b].w, o[b].w, w);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = first + b * W::kConsumerThreads;
-      if (i >= total) continue;
-      const int local = i / quads, local_head = head_begin + local, d = dim_begin + (i % quads) * 4;
-      const bool rotate = has_rope && d >= Entry::kNopeDim;
-      const int pair = rotate ? rope_pair(d) : 0;
-      *reinterpret_cast<uint2*>(p.out + (work.row * p.num_heads + work.head0 + local_head) * kDim + d) = make_uint2(
-          finish_pair(acc[b].x, acc[b].y, s_inv[local], rotate, rotate ? rope_cos[pair] : 1.0f,
-                      rotate ? rope_sin[pair] : 0.0f),
-          finish_pair(acc[b].z, acc[b].w, s_inv[local], rotate, rotate ? rope_cos[pair + 1] : 1.0f,
-                      rotate ? rope_sin[pair + 1] : 0.0f));
-    }
-  }
-  cluster.barrier_wait(cluster.barrier_arrive());  // nobody reads this block's shared memory any more
+  const auto offset = [&](int i) {  // element i's byte offset in every block's staged rows
+    const int local_head = head_begin + i / quads, column = (i % quads) * 4;
+    return static_cast<int>(W::kQ) + (column / kConsumerDims) * kHeadTile * Staged::kPitch +
+           local_head * Staged::kPitch + (column % kConsumerDims) * 4;
+  };
+  const auto weight = [&](int i, int c) { return s_weights[(i / quads) * chunks + c]; };
+  const auto finish = [&](int i, const float4& acc) {
+    const int local = i / quads, local_head = head_begin + local, d = dim_begin + (i % quads) * 4;
+    const bool rotate = has_rope && d >= Entry::kNopeDim;
+    const int pair = rotate ? rope_pair(d) : 0;
+    *reinterpret_cast<uint2*>(p.out + (work.row * p.num_heads + work.head0 + local_head) * kDim + d) =
+        make_uint2(finish_pair(acc.x, acc.y, s_inv[local], rotate, rotate ? rope_cos[pair] : 1.0f,
+                               rotate ? rope_sin[pair] : 0.0f),
+                   finish_pair(acc.z, acc.w, s_inv[local], rotate, rotate ? rope_cos[pair + 1] : 1.0f,
+                               rotate ? rope_sin[pair + 1] : 0.0f));
+  };
+  // A small merge (one element a thread, as a one-row decode's) reads every chunk at once; a large one
+  // 4 elements × 4 chunks at a time.
+  if (total <= W::kConsumerThreads)
+    sum_chunks<1, kMaxClusterChunks>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish);
+  else
+    sum_chunks<4, 4>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish);
+  DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeStored));
+  // Nobody reads this block's shared memory any more. Relaxed: what the others must not outlive is
+  // their reads of it, whose values they have used by now; a release would first wait for this
+  // block's output stores to complete.
+  ptx::cluster_arrive_relaxed();
+  ptx::cluster_wait();
+  DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeReleased));
 }
 
 // O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
@@ -648,7 +698,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     if constexpr (kPairDecode) ptx::cluster_arrive();
     if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
       cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
-      cooperative_groups::this_cluster().barrier_arrive();
+      ptx::cluster_arrive_relaxed();  // the merge's last barrier (merge_in_cluster)
     }
     return;
   }
