@@ -10,7 +10,8 @@
 // with its metadata already on the device (one upload per step serves every layer's compressors)
 // and the graph launch is timed; a second graph with the metadata upload from pinned memory in
 // front of the kernel is timed too ("with_upload_us"). Bytes = new rows + the window rows read
-// from the ring (or the snapshot) + state and cache writes.
+// from the ring (or the snapshot) + state and cache writes. Each decode case also times 8 steps of its
+// shape (other layers' state) in one graph: "per_step_in_layer_graph_us" (per_step_in_layer_graph_us()).
 // Checks: every 8K prefill and every decode step against the CPU reference (compressed rows within
 // 1e-5, ≥ 99.9% of cache bytes equal); the 64K/256K prefills' first 8K tokens bit-identical to the
 // 8K run (the inputs are a hash of (row, column), so they coincide).

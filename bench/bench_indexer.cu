@@ -2,6 +2,8 @@
 //
 // Decode: B requests × next_n rows, every row sees N entries of its request's paged key cache
 // (pages scattered over one pool); metric: key bytes / time against the measured copy bandwidth.
+// One-request, one-token cases also time 8 calls (other requests' keys, as other layers') in one graph,
+// alone and each followed by the top-512 (time_layer_graphs).
 // Prefill: one request of T tokens, causal (V_t = floor((t+1)/4)); metric: useful FLOP
 // (Σ_t V_t · 2 · H · d) / time against the FP8 tensor ceiling (ANCHORS). Every case checks a sample
 // of its scores against the CPU reference on the same bytes.

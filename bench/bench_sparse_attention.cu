@@ -4,7 +4,8 @@
 // candidate valid. FLOPs = 2·H·N·(512 + 512) per query row (the FlashMLA convention), ceiling 787
 // TFLOP/s (bf16 dense, ANCHORS.md). Each call is captured once in a CUDA graph and the graph is timed
 // (CUDA events, L2 flushed before every launch, median), so host-side validation is not in the time.
-// Each case checks two rows (8 heads each) against the CPU reference (relative L2 ≤ 1e-2).
+// Each case checks two rows (8 heads each) against the CPU reference (relative L2 ≤ 1e-2). One-row
+// decode cases also time 8 calls (other layers' inputs) in one graph: "per_call_in_layer_graph_us".
 #include <cuda_runtime.h>
 
 #include <algorithm>
