@@ -1,5 +1,6 @@
 // src/cuda/common/ptx_sm90.cuh — Hopper (sm_90a) PTX shared by the kernel families: warpgroup MMA
-// plumbing, shared-memory matrix descriptors, streaming global loads, cp.async groups, byte permutation.
+// plumbing, shared-memory matrix descriptors, streaming global loads, cp.async copies and groups, byte
+// permutation.
 // One instruction per wrapper.
 #pragma once
 
@@ -7,7 +8,13 @@
 
 namespace dsv4::cuda::ptx {
 
-// ---- cp.async groups (each thread's own copies) ---------------------------------------------------------
+// ---- cp.async (each thread's own copies) ---------------------------------------------------------------
+
+// 16 bytes global (16-byte aligned) → `shared`, asynchronously, through L2 only (.cg: data read once).
+__device__ __forceinline__ void cp_async_cg16(void* shared, const void* global) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
+}
 
 // Closes the group of this thread's cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

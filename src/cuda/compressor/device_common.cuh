@@ -27,12 +27,8 @@ __device__ __forceinline__ void store4(float* p /*16-B aligned*/, float4 v) { *r
 // Asks for the line of `p` in L1 (no register, no wait): a load_shared_input of it later hits.
 __device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
-// 16 bytes global → this thread's shared-memory slot, asynchronously (L2 only: rows are read once).
-__device__ __forceinline__ void copy_async16(float4* smem_slot, const float* global /*16-B aligned*/) {
-  const auto slot = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem_slot));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(slot), "l"(global) : "memory");
-}
-// (Groups of copies: ptx::cp_async_commit, ptx::cp_async_wait, cuda/common/ptx_sm90.cuh.)
+// (16 bytes global → a thread's staging slot, asynchronously, L2 only: ptx::cp_async_cg16; groups of
+// copies: ptx::cp_async_commit, ptx::cp_async_wait — cuda/common/ptx_sm90.cuh.)
 
 // This thread's staging slots: [stage][row of the batch][vector] float4, interleaved across the
 // block's threads so that a warp's accesses are consecutive 16-byte words (no bank conflicts).

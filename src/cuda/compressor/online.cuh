@@ -92,9 +92,9 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
     const float *kv_row = kv_next, *score_row = score_next;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      copy_async16(staging.slot(stage, u, 0), kv_row);
-      copy_async16(staging.slot(stage, u, 1), score_row);
-      copy_async16(staging.slot(stage, u, 2), rows.ape + in_block * c + channel);
+      ptx::cp_async_cg16(staging.slot(stage, u, 0), kv_row);
+      ptx::cp_async_cg16(staging.slot(stage, u, 1), score_row);
+      ptx::cp_async_cg16(staging.slot(stage, u, 2), rows.ape + in_block * c + channel);
       in_block = in_block + 1 == m ? 0 : in_block + 1;
       if (first + u + 1 < to) kv_row += rows.kv_stride, score_row += rows.score_stride;  // padding repeats a real row
     }

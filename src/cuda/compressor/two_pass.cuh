@@ -207,8 +207,8 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     for (int u = 0; u < kBatch; ++u) {
       const int j = j_begin + b * kBatch + u;
       const Candidate c = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
-      copy_async16(staging.slot(stage, u, 0), c.value);
-      copy_async16(staging.slot(stage, u, 1), c.score);
+      ptx::cp_async_cg16(staging.slot(stage, u, 0), c.value);
+      ptx::cp_async_cg16(staging.slot(stage, u, 1), c.score);
       if constexpr (!Config::kStageApe && !Window::kAllNew) {
         // A window that may hold ring rows (heads: every decode step): the ape vectors are read (from
         // L1) after the copies land, and in a step's cold start they are a DRAM round trip of their
@@ -218,7 +218,7 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
       if constexpr (Config::kStageApe) {
         // The split (decode) kernel skips ring rows' ape (never read: the ring holds score + ape);
         // the prefill kernel keeps its unconditional copies.
-        if (!Config::kSplit || c.is_new) copy_async16(staging.slot(stage, u, 2), c.ape);
+        if (!Config::kSplit || c.is_new) ptx::cp_async_cg16(staging.slot(stage, u, 2), c.ape);
       }
     }
     ptx::cp_async_commit();
@@ -491,7 +491,7 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                 "a thread's staging slots hold its group's partials");
   for (int s = first; s < end; ++s) {
     const float* stored = partials + s * 3 * c + 4 * lane;  // [3][c], written by other SMs
-    for (int v = 0; v < 3; ++v) copy_async16(staging.linear(3 * (s - first) + v), stored + v * c);
+    for (int v = 0; v < 3; ++v) ptx::cp_async_cg16(staging.linear(3 * (s - first) + v), stored + v * c);
   }
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
@@ -621,7 +621,7 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
         const std::int64_t row = row0 + cursor.row_offset;
         const bool is_score = cursor.vector >= row_vectors;
         const float* source = is_score ? rows.score + row * rows.score_stride : rows.kv + row * rows.kv_stride;
-        copy_async16(staging.linear(u), source + channel_of(cursor));
+        ptx::cp_async_cg16(staging.linear(u), source + channel_of(cursor));
         if (is_score) prefetch_l1(ape_of(cursor));  // read after the wait
       }
       cursor.advance(kThreads, per_row, p.ratio, rows.ring_rows);

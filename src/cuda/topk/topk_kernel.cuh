@@ -82,12 +82,6 @@ struct Shared {
   int request;                               // the row's request (slots only)
 };
 
-// 16 bytes global → shared without passing through registers (both 16-byte aligned).
-__device__ __forceinline__ void copy_async16(void* shared, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
-}
-
 __device__ __forceinline__ int warp_inclusive_scan(int value) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -274,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
 #pragma unroll
     for (int q = 0; q < kVectors; ++q) {
       const int i = 4 * (q * kThreads + tid);
-      if (i < loaded) copy_async16(s_keys + i, scores + i);
+      if (i < loaded) ptx::cp_async_cg16(s_keys + i, scores + i);
       ptx::cp_async_commit();  // one group a vector: the counting starts on the first to land
     }
   }
