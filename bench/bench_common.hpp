@@ -164,6 +164,19 @@ class CapturedGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// A model's decode graph runs each layer's kernels one after another, so a graph of one call
+// overstates a call by the graph launch's fixed cost. The per-layer figures: kLayerCalls calls
+// (`enqueue(l, stream)` enqueues layer l's, each on its own inputs, state and caches) captured in one
+// graph and timed together (L2 flushed before the graph only, as `options` says); the time per call.
+inline constexpr int kLayerCalls = 8;
+inline double per_call_in_layer_graph_us(cudaStream_t stream, const std::function<void(int, cudaStream_t)>& enqueue,
+                                         TimingOptions options = {}) {
+  const CapturedGraph graph(stream, [&](cudaStream_t s) {
+    for (int l = 0; l < kLayerCalls; ++l) enqueue(l, s);
+  });
+  return time_us([&](cudaStream_t s) { graph.launch(s); }, stream, options) / kLayerCalls;
+}
+
 #if defined(__CUDACC__)
 // Deterministic random bits for the benches' fill kernels: splitmix64 of (seed, index).
 __device__ inline std::uint64_t mix64(std::uint64_t x) {

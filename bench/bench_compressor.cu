@@ -277,18 +277,14 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
 }
 
-// A decode graph replays every layer's compressor one after another. kLayerSteps steps of the same
-// shape on separate inputs, state and caches (the other layers), captured in one graph and timed
-// together (L2 flushed before the graph only; every layer's data is its own, so each step still reads
-// cold rows and state): the time per step. What separates it from the one-step graph is the graph
-// launch's fixed cost, which a model's decode graph pays once for all its layers.
-constexpr int kLayerSteps = 8;
-
+// The step in a graph of every layer's steps (bench::per_call_in_layer_graph_us): kLayerCalls steps of
+// the same shape on separate inputs, state and caches (the other layers); each still reads cold rows
+// and state.
 double per_step_in_layer_graph_us(const Kind& kind, const std::vector<std::int64_t>& prefixes, int new_tokens,
                                   cudaStream_t stream) {
   std::vector<std::unique_ptr<Step>> layers;
   std::vector<void*> layouts;
-  for (int l = 0; l < kLayerSteps; ++l) {
+  for (int l = 0; l < bench::kLayerCalls; ++l) {
     layers.push_back(std::make_unique<Step>(kind, prefixes, new_tokens, 5000 + 97 * l + prefixes.size()));
     void* layout = nullptr;
     check_cuda(cudaMalloc(&layout, layers.back()->layout.device_bytes), "cudaMalloc(layout)");
@@ -296,15 +292,9 @@ double per_step_in_layer_graph_us(const Kind& kind, const std::vector<std::int64
                           cudaMemcpyHostToDevice), "upload");
     layouts.push_back(layout);
   }
-  double us = 0;
-  {
-    const bench::CapturedGraph graph(stream, [&](cudaStream_t s) {
-      for (int l = 0; l < kLayerSteps; ++l) {
-        cuda::launch_compress_step(layers[l]->args, layers[l]->layout, layouts[l], s, cuda::StepMetadata::InParametersWhenSmall);
-      }
-    });
-    us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream) / kLayerSteps;
-  }
+  const double us = bench::per_call_in_layer_graph_us(stream, [&](int l, cudaStream_t s) {
+    cuda::launch_compress_step(layers[l]->args, layers[l]->layout, layouts[l], s, cuda::StepMetadata::InParametersWhenSmall);
+  });
   for (void* layout : layouts) cudaFree(layout);
   return us;
 }
@@ -375,11 +365,11 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
               {"online", kind.online}, {"events", step.plan.events.size()}, {"split_events", step.layout.split_events},
               {"bytes", bytes}, {"target_us", 8},
               {"with_upload_us", upload_us}, {"metadata_in_memory_us", in_memory_us}, {"code_warm_us", code_warm_us},
-              {"layer_graph_steps", kLayerSteps}, {"per_step_in_layer_graph_us", layer_graph_us}},
+              {"layer_graph_steps", bench::kLayerCalls}, {"per_step_in_layer_graph_us", layer_graph_us}},
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
   std::printf("%40s %10.2f us with the metadata upload in the graph, %.2f us with the metadata read from memory, "
               "%.2f us with the code in L2, %.2f us a step in a graph of %d layers' steps\n", "", upload_us,
-              in_memory_us, code_warm_us, layer_graph_us, kLayerSteps);
+              in_memory_us, code_warm_us, layer_graph_us, bench::kLayerCalls);
 }
 
 // The floor of the decode rows' method: a CUDA graph of one empty kernel, timed the same way (L2
@@ -392,14 +382,12 @@ void decode_floor_case(bench::Report& report, double copy_gbs) {
   {
     const bench::CapturedGraph graph(stream, [](cudaStream_t s) { empty_kernel<<<1, 128, 0, s>>>(); });
     const double us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream);
-    const bench::CapturedGraph layers(stream, [](cudaStream_t s) {
-      for (int l = 0; l < kLayerSteps; ++l) empty_kernel<<<1, 128, 0, s>>>();
-    });
-    const double per_layer_us = bench::time_us([&](cudaStream_t s) { layers.launch(s); }, stream) / kLayerSteps;
+    const double per_layer_us =
+        bench::per_call_in_layer_graph_us(stream, [](int, cudaStream_t s) { empty_kernel<<<1, 128, 0, s>>>(); });
     report.add("decode floor (an empty kernel in a graph)",
-               {{"blocks", 1}, {"threads", 128}, {"layer_graph_steps", kLayerSteps}, {"per_step_in_layer_graph_us", per_layer_us}},
+               {{"blocks", 1}, {"threads", 128}, {"layer_graph_steps", bench::kLayerCalls}, {"per_step_in_layer_graph_us", per_layer_us}},
                us, "GB/s", 0.0, copy_gbs, true);
-    std::printf("%40s %10.2f us a kernel in a graph of %d\n", "", per_layer_us, kLayerSteps);
+    std::printf("%40s %10.2f us a kernel in a graph of %d\n", "", per_layer_us, bench::kLayerCalls);
   }
   cudaStreamDestroy(stream);
 }

@@ -198,12 +198,10 @@ std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
   return "query_" + format_name(f) + "_rows" + std::to_string(rows);
 }
 
-// A decode graph runs every layer's indexer one after another. kLayerCalls calls of a one-request
-// case, each over its own request's pages of the pool (its own keys), its own queries and scores,
-// captured in one graph and timed together (L2 flushed before the graph only): the time per call,
-// without the one-call launch's fixed cost. Also per layer: the scores followed by the top-512 of
-// the row (indices and slots), as a decode step runs them.
-constexpr int kLayerCalls = 8;
+// A one-request case in a graph of every layer's calls (bench::per_call_in_layer_graph_us): each call
+// over its own request's pages of the pool (its own keys), its own queries and scores. Also per layer:
+// the scores followed by the top-512 of the row (indices and slots), as a decode step runs them.
+using bench::kLayerCalls;
 struct LayerGraphTimes {
   double scores_us, scores_topk_us;
 };
@@ -238,13 +236,10 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
       if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
     }
     check_cuda(cudaStreamSynchronize(stream), "layer calls");
-    const bench::CapturedGraph graph(stream, [&](cudaStream_t) {
-      for (int l = 0; l < kLayerCalls; ++l) {
-        indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
-        if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
-      }
-    });
-    return bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, true}) / kLayerCalls;
+    return bench::per_call_in_layer_graph_us(stream, [&](int l, cudaStream_t) {  // (fast.stream is the stream)
+      indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
+      if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+    }, {3, 20, true});
   };
   const LayerGraphTimes times{time_graph(false), time_graph(true)};
   cudaStreamDestroy(stream);

@@ -157,11 +157,10 @@ CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(
 // same kernels on one entry of other inputs), or everything from the previous call.
 enum class L2State { cold, warm_code, warm };
 
-// A decode graph runs every layer's attention one after another: kLayerCalls calls of the case's shape
-// with their own queries, slots and outputs (the first is `first`'s), captured in one graph and timed
-// together (L2 flushed before the graph only; random slots over the 153 MB pools, so each call's
-// gathers stay cold): the time per call, without the one-call graph's fixed launch cost.
-constexpr int kLayerCalls = 8;
+// The case in a graph of every layer's calls (bench::per_call_in_layer_graph_us): calls of its shape
+// with their own queries, slots and outputs (the first is `first`'s); random slots over the 153 MB
+// pools, so each call's gathers stay cold.
+using dsv4::bench::kLayerCalls;
 
 double per_call_in_layer_graph_us(const Case& c, const Pools& pools, const CaseInputs& first) {
   std::mt19937_64 layer_rng(7 + static_cast<std::uint64_t>(c.heads) * 1000 + c.compressed);  // `rng` untouched
@@ -171,11 +170,9 @@ double per_call_in_layer_graph_us(const Case& c, const Pools& pools, const CaseI
     layers.back()->options.stream = first.stream;
   }
   check_cuda(cudaDeviceSynchronize(), "layer inputs");
-  const dsv4::bench::CapturedGraph graph(first.stream, [&](cudaStream_t) {
-    first.call(pools);
-    for (const auto& layer : layers) layer->call(pools);
-  });
-  return dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, first.stream, {3, 20, true}) / kLayerCalls;
+  return dsv4::bench::per_call_in_layer_graph_us(first.stream, [&](int l, cudaStream_t) {  // (their stream)
+    (l == 0 ? first : *layers[l - 1]).call(pools);
+  }, {3, 20, true});
 }
 
 // Runs one case: times the graph of one call, checks rows 0 and rows−1 (first 8 heads) on the CPU.
