@@ -512,7 +512,6 @@ __device__ __forceinline__ void mask_scores(float (&acc)[kN / 2], const std::uin
   std::uint32_t mine[kN / 32];
 #pragma unroll
   for (int w = 0; w < kN / 32; ++w) mine[w] = valid_words[w] >> (2 * quad);
-  row_max[0] = row_max[1] = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
 #pragma unroll
@@ -520,8 +519,21 @@ __device__ __forceinline__ void mask_scores(float (&acc)[kN / 2], const std::uin
       float& s = acc[4 * j + i];
       const float scaled = __fmul_rn(s, scale_log2);
       s = (mine[j / 4] >> (8 * (j % 4) + i % 2)) & 1u ? scaled : -INFINITY;
-      row_max[i / 2] = fmaxf(row_max[i / 2], s);
     }
+  }
+  // The maxima by pairwise levels (exact in any order; the last step against −∞ keeps a row whose
+  // scores are all NaN at −∞, as a running maximum from −∞ would): a chain of log2(kN / 4) + 1 steps.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float level[kN / 8];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) level[j] = fmaxf(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+#pragma unroll
+    for (int width = kN / 16; width >= 1; width /= 2) {
+#pragma unroll
+      for (int j = 0; j < width; ++j) level[j] = fmaxf(level[j], level[j + width]);
+    }
+    row_max[half] = fmaxf(level[0], -INFINITY);
   }
 }
 
