@@ -502,20 +502,38 @@ __device__ __forceinline__ std::uint32_t probability_pair(float s0, float s1, fl
 
 // Scores of kN candidates into base 2, invalid ones to −∞ (`valid_words`: the block's validity bits
 // from this thread's first candidate word on, 32 candidates a word), and their maximum per row half
-// over the quad (the four lanes that hold a row).
+// over the quad (the four lanes that hold a row). The thread's candidates of n-tile j are bits
+// 8j + 2·quad + {0, 1}: shifted by 2·quad once, each is a bit at a fixed place (a test against an
+// immediate). Measured: with the shift per element the compiler also re-loaded the scale from the
+// constant bank under each element's predicate (32 LDC + 32 predicated FMUL a block).
 template <int kN>
 __device__ __forceinline__ void mask_scores(float (&acc)[kN / 2], const std::uint32_t* valid_words, int quad,
                                             float scale_log2, float (&row_max)[2]) {
-  row_max[0] = row_max[1] = -INFINITY;
+  std::uint32_t mine[kN / 32];
+#pragma unroll
+  for (int w = 0; w < kN / 32; ++w) mine[w] = valid_words[w] >> (2 * quad);
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
-    const std::uint32_t valid_bits = valid_words[j / 4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float& s = acc[4 * j + i];
-      s = (valid_bits >> (8 * (j % 4) + 2 * quad + i % 2)) & 1u ? __fmul_rn(s, scale_log2) : -INFINITY;
-      row_max[i / 2] = fmaxf(row_max[i / 2], s);
+      const float scaled = __fmul_rn(s, scale_log2);
+      s = (mine[j / 4] >> (8 * (j % 4) + i % 2)) & 1u ? scaled : -INFINITY;
     }
+  }
+  // The maxima by pairwise levels (exact in any order; the last step against −∞ keeps a row whose
+  // scores are all NaN at −∞, as a running maximum from −∞ would): a chain of log2(kN / 4) + 1 steps.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float level[kN / 8];
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) level[j] = fmaxf(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+#pragma unroll
+    for (int width = kN / 16; width >= 1; width /= 2) {
+#pragma unroll
+      for (int j = 0; j < width; ++j) level[j] = fmaxf(level[j], level[j + width]);
+    }
+    row_max[half] = fmaxf(level[0], -INFINITY);
   }
 }
 
