@@ -192,7 +192,7 @@ void run_case(const Case& c, const Pools& pools, dsv4::bench::Report& report, st
   }
   const double us = dsv4::bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, timing);
   nlohmann::json shape = {{"rows", c.rows}, {"B", c.batch}, {"next_n", c.next_n}, {"H", c.heads}, {"N", n}, {"split", c.split}};
-  if (c.batch == 1 && l2 == L2State::cold) {
+  if (c.next_n == 1 && c.batch <= 128 && l2 == L2State::cold) {  // decode steps of one token a request
     shape["layer_graph_steps"] = kLayerCalls;
     shape["per_call_in_layer_graph_us"] = per_call_in_layer_graph_us(c, pools, in);
   }
