@@ -37,6 +37,11 @@ def commit():
 # "ratio" is the fraction of the ceiling, "time" microseconds (≤), "value" the metric (≥),
 # "shape:FIELD" the microseconds (≤) in that field of the record's shape (the per-layer times of a
 # graph of several layers' calls); rows whose record lacks the field are left out.
+def per_layer(bench, case, bound, label, field="per_call_in_layer_graph_us", unit="a call in a graph of 8 layers' calls"):
+    """The target row of a per-layer figure: `label`, measured as `unit`."""
+    return (bench, case, f"shape:{field}", bound, f"{label}, {unit}")
+
+
 TARGETS = [
     ("bench_compressor", "prefill C4-512 T=262144", "ratio", 0.90, "C4-512 prefill 256K ≥ 90% copy"),
     ("bench_compressor", "prefill C4-128 T=262144", "ratio", 0.90, "C4-128 prefill 256K ≥ 90% copy"),
@@ -48,32 +53,30 @@ TARGETS = [
     row for kind, label in (("C4-512", "C4-512"), ("C4-128", "C4-128"), ("C128", "C128"),
                             ("C128-online", "online C128"))
     for row in (("bench_compressor", f"decode {kind} B=256 n=1", "time", 8.0, f"{label} decode B=256 ≤ 8 µs"),
-                ("bench_compressor", f"decode {kind} B=256 n=1", "shape:per_step_in_layer_graph_us", 8.0,
-                 f"{label} decode B=256 ≤ 8 µs, a step in a graph of 8 layers' steps"))
+                per_layer("bench_compressor", f"decode {kind} B=256 n=1", 8.0, f"{label} decode B=256 ≤ 8 µs",
+                          "per_step_in_layer_graph_us", "a step in a graph of 8 layers' steps"))
 ] + [
     ("bench_indexer", "scores_fp8_b1_n262144_next1", "ratio", 0.80, "FP8 scores B=1 N=256K ≥ 80% copy"),
     ("bench_indexer", "scores_fp4_b1_n262144_next1", "time", 7.0, "FP4 scores B=1 N=256K ≈ 7 µs"),
-    ("bench_indexer", "scores_fp8_b1_n262144_next1", "shape:per_call_in_layer_graph_us", 11.0,
-     "FP8 scores B=1 N=256K ≈ 11 µs (80% copy), a call in a graph of 8 layers' calls"),
-    ("bench_indexer", "scores_fp4_b1_n262144_next1", "shape:per_call_in_layer_graph_us", 7.0,
-     "FP4 scores B=1 N=256K ≈ 7 µs, a call in a graph of 8 layers' calls"),
-    ("bench_indexer", "scores_fp8_b1_n262144_next1", "shape:per_layer_scores_topk512_in_graph_us", 21.0,
-     "FP8 scores + top-512 B=1 N=256K ≤ 21 µs (the two targets together), a layer in a graph of 8 layers"),
+    per_layer("bench_indexer", "scores_fp8_b1_n262144_next1", 11.0, "FP8 scores B=1 N=256K ≈ 11 µs (80% copy)"),
+    per_layer("bench_indexer", "scores_fp4_b1_n262144_next1", 7.0, "FP4 scores B=1 N=256K ≈ 7 µs"),
+    per_layer("bench_indexer", "scores_fp8_b1_n262144_next1", 21.0,
+              "FP8 scores + top-512 B=1 N=256K ≤ 21 µs (the two targets together)",
+              "per_layer_scores_topk512_in_graph_us", "a layer in a graph of 8 layers"),
     ("bench_indexer", "prefill_fp8_t65536", "value", 600.0, "FP8 prefill scores T=64K ≥ 600 TFLOP/s"),
     ("bench_topk", "topk_b1_n262144_k512", "time", 10.0, "top-512 B=1 N=256K ≤ 10 µs"),
     ("bench_topk", "topk_b1_n262144_k512_l2warm", "time", 10.0,
      "top-512 B=1 N=256K ≤ 10 µs, in a graph with the scores in L2 (as in a decode step)"),
     ("bench_topk", "topk_b128_n65536_k512", "time", 80.0, "top-512 B=128 N=64K ≤ 80 µs"),
     ("bench_sparse_attention", "decode_B128_H64_N640_nn1", "value", 400.0, "attention B=128 H=64 640 ≥ 400 TFLOP/s"),
-    ("bench_sparse_attention", "decode_B128_H64_N640_nn1", "shape:per_call_in_layer_graph_us", 26.8,
-     "attention B=128 H=64 640 ≥ 400 TFLOP/s (≤ 26.8 µs), a call in a graph of 8 layers' calls"),
+    per_layer("bench_sparse_attention", "decode_B128_H64_N640_nn1", 26.8,
+              "attention B=128 H=64 640 ≥ 400 TFLOP/s (≤ 26.8 µs)"),
     ("bench_sparse_attention", "decode_B1_H64_N640_nn1", "time", 12.0, "attention B=1 H=64 640 ≤ 12 µs"),
     ("bench_sparse_attention", "decode_B1_H64_N640_nn1_split64", "time", 12.0,
      "attention B=1 H=64 640 ≤ 12 µs at the latency split (64 candidates a chunk, merged in a cluster)"),
-    ("bench_sparse_attention", "decode_B1_H64_N640_nn1", "shape:per_call_in_layer_graph_us", 12.0,
-     "attention B=1 H=64 640 ≤ 12 µs, a call in a graph of 8 layers' calls"),
-    ("bench_sparse_attention", "decode_B1_H64_N640_nn1_split64", "shape:per_call_in_layer_graph_us", 12.0,
-     "attention B=1 H=64 640 ≤ 12 µs at the latency split, a call in a graph of 8 layers' calls"),
+    per_layer("bench_sparse_attention", "decode_B1_H64_N640_nn1", 12.0, "attention B=1 H=64 640 ≤ 12 µs"),
+    per_layer("bench_sparse_attention", "decode_B1_H64_N640_nn1_split64", 12.0,
+              "attention B=1 H=64 640 ≤ 12 µs at the latency split"),
     ("bench_sparse_attention", "prefill_T4096_H64_N640", "value", 550.0, "attention prefill T=4096 ≥ 550 TFLOP/s"),
 ]
 
