@@ -46,7 +46,14 @@ struct WgmmaPlan {
   static constexpr int kHeads = 64;                                  // wgmma M
   static constexpr int kConsumers = 2;                               // consumer warpgroups
   static constexpr int kConsumerThreads = 128 * kConsumers;          // threads 0 .. 255
-  static constexpr int kProducerThreads = 128;                       // threads 256 .. 383
+  // Producer warpgroups: one (threads 256 .. 383), or two (256 .. 511) that decode one candidate
+  // half of every block each (DSV4_ATTENTION_PRODUCERS=2, an A/B variant).
+#ifndef DSV4_ATTENTION_PRODUCERS
+#define DSV4_ATTENTION_PRODUCERS 1
+#endif
+  static constexpr int kProducers = DSV4_ATTENTION_PRODUCERS;
+  static_assert(kProducers == 1 || kProducers == 2, "one or two producer warpgroups");
+  static constexpr int kProducerThreads = 128 * kProducers;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
   // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
@@ -54,8 +61,8 @@ struct WgmmaPlan {
   // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static constexpr int kConsumerRegisters = 192;
-  static constexpr int kProducerRegisters = 120;
-  static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
+  static constexpr int kProducerRegisters = kProducers == 1 ? 120 : 64;
+  static_assert(kConsumers * kConsumerRegisters + kProducers * kProducerRegisters <= kLaunchRegisters * kThreads / 128,
                 "the registers the producer releases cover what the consumers ask for");
   // Named barriers (0 is __syncthreads).
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
@@ -92,7 +99,7 @@ struct WgmmaPlan {
   // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
   // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
   static constexpr int kThreadsPerEntry = 4;
-  static constexpr int kPasses = kBlock * kThreadsPerEntry / kProducerThreads;  // 2
+  static constexpr int kPasses = kBlock * kThreadsPerEntry / 128;  // 2: candidate halves of a warpgroup each
   static constexpr int kPiecesPerThread = Entry::kDataBytes / 16 / kThreadsPerEntry;
   static constexpr int kCodePiecesPerThread = Entry::kNopeDim / 16 / kThreadsPerEntry;
   static_assert(kPiecesPerThread == 9 && kCodePiecesPerThread == 7 && kPasses == 2, "gather shape");
@@ -237,10 +244,21 @@ struct TileHandOver {
 
 // The candidate a producer thread asks L2 for (prefetch_block: none at ≥ kBlock): one each, or with
 // the pair decode only this CTA's half.
+// `pass` is the candidate half this producer warpgroup decodes where it decodes one (the pair's rank,
+// or the warpgroup with two producers; −1: none, an idle warpgroup).
 template <TileSync kSync>
-__device__ __forceinline__ int prefetch_index(int ptid, std::uint32_t rank) {
-  if constexpr (kSync == TileSync::kPair) return ptid < kBlock / 2 ? static_cast<int>(rank) * (kBlock / 2) + ptid : kBlock;
-  return ptid;
+__device__ __forceinline__ int prefetch_index(int ptid, int pass) {
+  if constexpr (kSync != TileSync::kPair && WgmmaPlan::kProducers == 1) return ptid;
+  return pass >= 0 && ptid < kBlock / 2 ? pass * (kBlock / 2) + ptid : kBlock;
+}
+
+// The candidate half producer warpgroup `producer` decodes: with one producer, both (−2 = all); the
+// pair's rank; with two producers, its own; the pair with two producers leaves the second idle (−1).
+template <TileSync kSync>
+__device__ __forceinline__ int producer_pass(int producer, std::uint32_t rank) {
+  if constexpr (kSync == TileSync::kPair) return producer == 0 ? static_cast<int>(rank) : -1;
+  if constexpr (WgmmaPlan::kProducers == 2) return producer;
+  return -2;
 }
 
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
@@ -258,23 +276,39 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
                                               const TileHandOver<kSync>& hand_over) {
   using W = WgmmaPlan;
   constexpr bool kPair = kSync == TileSync::kPair;
-  constexpr int kUnits = kPair ? 1 : W::kPasses;  // units per block
+  constexpr bool kOnePass = kPair || W::kProducers == 2;  // this warpgroup decodes one candidate half
+  constexpr int kUnits = kOnePass ? 1 : W::kPasses;     // units per block
   // The RoPE pieces with the codes (one round trip for the unit) where registers allow: not in the
   // pair kernel, whose producer would spill.
   constexpr bool kRopeAhead = !kPair;
-  const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
-  const int first_share = kPair ? static_cast<int>(hand_over.rank) * W::kProducerThreads : 0;
-  const int prefetcher = prefetch_index<kSync>(ptid, hand_over.rank);
-  const int num_units = num_live * kUnits;
-  auto share_index = [&](int unit) { return first_share + unit % kUnits * W::kProducerThreads + ptid; };
+  // The next unit's loads in flight while this one is decoded, where registers allow: not with two
+  // producer warpgroups (64 registers a thread), which overlap each other's loads instead.
+  constexpr bool kLoadAhead = W::kProducers == 1;
+  const int ptid = (static_cast<int>(threadIdx.x) - W::kConsumerThreads) % 128;  // 0 .. 127
+  const int pass_owned = producer_pass<kSync>((static_cast<int>(threadIdx.x) - W::kConsumerThreads) / 128, hand_over.rank);
+  const int first_share = kOnePass ? pass_owned * 128 : 0;
+  const int prefetcher = prefetch_index<kSync>(ptid, pass_owned);
+  const int num_units = pass_owned == -1 ? 0 : num_live * kUnits;
+  auto share_index = [&](int unit) {
+    int index = first_share + unit % kUnits * 128 + ptid;
+    // With 64 registers the compiler would hoist this thread's (then loop-invariant) load and store
+    // addresses out of the loop and spill them; opaque in each iteration, they are recomputed.
+    if constexpr (!kLoadAhead) asm volatile("" : "+r"(index));
+    return index;
+  };
   EntryShare current, next;
-  if (num_units > 0) load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[0], share_index(0), current);
+  if (kLoadAhead && num_units > 0)
+    load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[0], share_index(0), current);
 #pragma unroll 1
   for (int unit = 0; unit < num_units; ++unit) {
     const int it = unit / kUnits, pass = unit % kUnits, stage = it % 2;
     std::uint8_t* tile = s_k + stage * W::kTileBytes;
-    if (unit + 1 < num_units)
-      load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[(unit + 1) / kUnits], share_index(unit + 1), next);
+    if constexpr (kLoadAhead) {
+      if (unit + 1 < num_units)
+        load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[(unit + 1) / kUnits], share_index(unit + 1), next);
+    } else {
+      load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[it], share_index(unit), current);
+    }
     if (pass == 0) {
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
       if (it >= 2) {
@@ -284,7 +318,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
     }
     store_entry_share<kRopeAhead>(current, tile, share_index(unit));
-    current = next;
+    if constexpr (kLoadAhead) current = next;
     DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
     if (pass + 1 < kUnits) continue;
     ptx::fence_proxy_async_shared();  // these stores before the copy engine's and the tensor cores' reads
@@ -292,7 +326,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       // This CTA's half is in its own tile; once all 128 threads wrote theirs, one thread has the copy
       // engine move it to the peer's tile (8 runs of 4 KB), completing the peer's phase it / 2 of
       // full[stage] together with its expect_tx arrival.
-      ptx::barrier_sync(W::kProducerBarrier, W::kProducerThreads);
+      ptx::barrier_sync(W::kProducerBarrier, 128);  // the decoding warpgroup
       if (ptid == 0) {
         const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
         ptx::mbarrier_arrive_expect_tx_cluster(peer_full, W::kPeerHalfBytes);
@@ -483,9 +517,17 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
 }
 
 // O[64 × kN] += P[64 × 16] · V[16 × kN]: the P·V wgmma of one consumer's output dims.
+// In a block of 512 threads (two producers) ptxas compiles every instruction within the launch's 128
+// registers whatever setmaxnreg raises them to later, so there the 256 dims go as two m64n128 (each
+// column is computed alone: the same bits).
 template <int kN>
 __device__ __forceinline__ void wgmma_pv(float (&acc)[kN / 2], const std::uint32_t* a, std::uint64_t v_descriptor) {
-  if constexpr (kN == 256) ptx::wgmma_m64n256k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
+  if constexpr (kN == 256 && WgmmaPlan::kLaunchRegisters < 160) {
+    constexpr std::uint64_t kTwoSlices = (2 * WgmmaPlan::kSliceBytes) >> 4;  // dims 128 .. 255: two slices on
+    ptx::wgmma_m64n128k16_bf16_rs_bt(*reinterpret_cast<float(*)[64]>(acc), a[0], a[1], a[2], a[3], v_descriptor, true);
+    ptx::wgmma_m64n128k16_bf16_rs_bt(*reinterpret_cast<float(*)[64]>(acc + 64), a[0], a[1], a[2], a[3],
+                                     v_descriptor + kTwoSlices, true);
+  } else if constexpr (kN == 256) ptx::wgmma_m64n256k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
   else if constexpr (kN == 128) ptx::wgmma_m64n128k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
   else ptx::wgmma_m64n64k16_bf16_rs_bt(acc, a[0], a[1], a[2], a[3], v_descriptor, true);
 }
@@ -686,7 +728,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     // One arrival per producer thread on full (+ the peer producer's, kPairDecode), per scorer /
     // follower thread on P ready / read, per consumer warp of the pair on free (kPairDecode).
     if (tid == 0) {
-      for (int stage = 0; stage < 2; ++stage) ptx::mbarrier_init(hand_over.full + stage, 128 + (kPairDecode ? 1 : 0));
+      for (int stage = 0; stage < 2; ++stage)
+        ptx::mbarrier_init(hand_over.full + stage, kPairDecode ? 128 + 1 : W::kProducerThreads);
       ptx::mbarrier_init(s_prob_ready, 128);
       ptx::mbarrier_init(s_prob_read, 128);
       if constexpr (kPairDecode) {
@@ -697,7 +740,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
   if constexpr (kPairDecode) ptx::cluster_arrive_relaxed();  // waited below: both CTAs' barriers exist
   if (tid >= W::kConsumerThreads) {
-    const int prefetcher = prefetch_index<kSync>(tid - W::kConsumerThreads, hand_over.rank);
+    const int producer_tid = tid - W::kConsumerThreads;
+    const int prefetcher = prefetch_index<kSync>(producer_tid % 128, producer_pass<kSync>(producer_tid / 128, hand_over.rank));
     if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], prefetcher);
     if (num_live > 1) prefetch_block(p, s_slots, work.chunk_begin, s_live[1], prefetcher);
   }
