@@ -3,7 +3,7 @@
 // One thread block = one query row × 64 heads × one chunk of split_candidates candidates, walked in
 // blocks of 64 candidates. Shared memory holds Q [64 heads][512] and two K tiles [64 candidates][512],
 // bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized (four in
-// the dim-split launches, whose two producers decode one candidate half each: WgmmaRoles):
+// the launches in 4 output parts, whose two producers decode one candidate half each: WgmmaRoles):
 //   producer (warpgroup 2, few registers): per block, waits until its K tile is free, loads the 64
 //     entries (16-byte loads into registers, the block two ahead prefetched into L2), decodes them
 //     exactly (dequant.cuh) into the tile and hands it over (named barriers "full" / "empty").
@@ -102,8 +102,9 @@ struct WgmmaPlan {
 // The block's producer warpgroups and its register split. One producer (threads 256 .. 383) decodes
 // both candidate halves of every block, the next half's loads in flight while it decodes one. Two
 // producers (threads 256 .. 511) decode one half each, without loads ahead (64 registers a thread):
-// measured faster where few blocks share the card (the dim-split launches: B=1 −4%, B=32 −2%) and
-// slower on a full card (B=128 +4%, prefill +5%), where the loads ahead hide a longer latency.
+// measured faster where few blocks share the card (the launches in 4 output parts, ≤ 33 blocks
+// before the split: B=1 −2..−6%) and slower where the grid fills it (2 parts, B=32 N=2176 +2%; one
+// part, B=128 +4%, prefill +5%), where the loads ahead hide a longer memory latency.
 // setmaxnreg only redistributes the block's own registers: the block is launched with
 // 65536 / kThreads per thread (168 or 128, multiples of 8), and asking for more than the producers
 // released hangs (a first version asked 2·192 + 128).
@@ -118,9 +119,9 @@ struct WgmmaRoles : WgmmaPlan {
   static_assert(kConsumers * kConsumerRegisters + kProducers * kProducerRegisters <= kLaunchRegisters * kThreads / 128,
                 "the registers the producers release cover what the consumers ask for");
 };
-// The dim-split launches (small grids) take two producers, the others one.
+// The launches in 4 output parts (the smallest grids) take two producers, the others one.
 template <int kDimSplit>
-using WgmmaRolesFor = WgmmaRoles<kDimSplit == 1 ? 1 : 2>;
+using WgmmaRolesFor = WgmmaRoles<kDimSplit == 4 ? 2 : 1>;
 
 // Byte offset of bf16 elements [d, d + 8) (d a multiple of 8) of row r of a swizzled [64][512] tile:
 // slice d / 64, row r, 16-byte group (d mod 64) / 8 at position group ^ (r mod 8).
