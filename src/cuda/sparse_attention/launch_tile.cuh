@@ -88,25 +88,25 @@ int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::a
   return clusters;
 }
 
-// The cluster kernel's answer for `size` (attention_clusters_at_once): the dim-split-1 instantiation
-// stands for all three (same threads and shared memory).
-inline int wgmma_clusters_at_once(int size) {
+// The cluster kernel's answer for `size`, for the instantiation of kDimSplit (attention_clusters_at_once:
+// kDimSplit 1).
+template <int kDimSplit = 1>
+int wgmma_clusters_at_once(int size) {
   if (size < 2 || size > 16) return 0;
-  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, 1, true>;
+  const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, true>;
   static const bool non_portable = prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes);
   if (size > 8 && !non_portable) return 0;
   static std::atomic<int> known[17] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-  return active_clusters(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, size, known);
+  return active_clusters(kernel, WgmmaRolesFor<kDimSplit>::kThreads, WgmmaPlan::kSmemBytes, size, known);
 }
 
 // setmaxnreg only redistributes the block's own registers: if the compiler allocated fewer than the
 // plan assumes, the consumers' increase would wait forever. Refuse instead of hanging (`registers`:
-// the instantiation's count, asked once by the caller).
-inline void check_register_split(int registers) {
-  if (registers < WgmmaPlan::kLaunchRegisters)
+// the instantiation's count, asked once by the caller; `needed`: its roles' launch registers).
+inline void check_register_split(int registers, int needed) {
+  if (registers < needed)
     throw Error("device", "the wgmma attention kernel was built with " + std::to_string(registers) +
-                              " registers per thread, its register split needs at least " +
-                              std::to_string(WgmmaPlan::kLaunchRegisters));
+                              " registers per thread, its register split needs at least " + std::to_string(needed));
 }
 template <class Kernel>
 int kernel_registers(Kernel kernel) {
@@ -128,15 +128,16 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
                                        ? prepare_cluster_kernel(kernel, WgmmaPlan::kSmemBytes)
                                        : (reserve_shared_memory(kernel, WgmmaPlan::kSmemBytes), false);
   (void)non_portable;
+  using Roles = WgmmaRolesFor<kDimSplit>;
   static const int registers = kernel_registers(kernel);
-  check_register_split(registers);
+  check_register_split(registers, Roles::kLaunchRegisters);
   if constexpr (kPairDecode) {
-    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks, params, stream, 2);
+    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks, params, stream, 2);
     note_pair_decode_launch(true);
   } else if constexpr (kClusterMerge) {
     const int size = params.num_splits;
     static const int sms = multiprocessor_count();
-    const int at_once = wgmma_clusters_at_once(size);
+    const int at_once = wgmma_clusters_at_once<kDimSplit>(size);
     const bool take = at_once > 0 && (params.cluster_merge == 2 ||
                                       clusters_keep_waves(blocks * kDimSplit, blocks * kDimSplit / size, at_once, sms));
     if (!take) {
@@ -149,10 +150,10 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
     SparseAttentionParams clustered = params;
     clustered.order_group = 1;
-    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, clustered, stream, size);
+    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, clustered, stream, size);
     note_cluster_merge_launch(true);
   } else {
-    launch_blocks(kernel, WgmmaPlan::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
+    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
   }
   if constexpr (kAsymmetric) note_asymmetric_launch(true);
 }

@@ -2,7 +2,8 @@
 //
 // One thread block = one query row × 64 heads × one chunk of split_candidates candidates, walked in
 // blocks of 64 candidates. Shared memory holds Q [64 heads][512] and two K tiles [64 candidates][512],
-// bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized:
+// bf16 in the 128-byte-swizzled K-major layout wgmma reads. Three warpgroups, specialized (four in
+// the launches in 4 output parts, whose two producers decode one candidate half each: WgmmaRoles):
 //   producer (warpgroup 2, few registers): per block, waits until its K tile is free, loads the 64
 //     entries (16-byte loads into registers, the block two ahead prefetched into L2), decodes them
 //     exactly (dequant.cuh) into the tile and hands it over (named barriers "full" / "empty").
@@ -41,22 +42,14 @@
 
 namespace dsv4::cuda::sparse_attention {
 
-// Shared-memory plan (bytes from a 1024-byte aligned base) and thread shape of the wgmma kernel.
+// Shared-memory plan (bytes from a 1024-byte aligned base) and consumer shape of the wgmma kernel; the
+// producer side and the block's thread count are WgmmaRoles (below).
 struct WgmmaPlan {
   static constexpr int kHeads = 64;                                  // wgmma M
   static constexpr int kConsumers = 2;                               // consumer warpgroups
   static constexpr int kConsumerThreads = 128 * kConsumers;          // threads 0 .. 255
-  static constexpr int kProducerThreads = 128;                       // threads 256 .. 383
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCandidatesPerConsumer = kBlock / kConsumers; // 32 scores per head (wgmma N)
-  // Registers per thread after the split (setmaxnreg). The block is launched with 168 per thread
-  // (65536 / 384, a multiple of 8) and setmaxnreg.inc waits until the block's own pool can give the
-  // registers: asking for more than the producer released hangs (a first version asked 2·192 + 128).
-  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
-  static constexpr int kConsumerRegisters = 192;
-  static constexpr int kProducerRegisters = 120;
-  static_assert(kConsumers * kConsumerRegisters + kProducerRegisters <= kLaunchRegisters * kThreads / 128,
-                "the registers the producer releases cover what the consumers ask for");
+  static constexpr int kConsumerRegisters = 192;                     // per thread after the split (setmaxnreg)
   // Named barriers (0 is __syncthreads).
   static constexpr int kConsumerBarrier = 1;  // the 256 consumer threads
   static constexpr int kProducerBarrier = 6;  // the 128 producer threads (kPairDecode: half tile written)
@@ -84,7 +77,7 @@ struct WgmmaPlan {
   // The merge keeps its weights [64][chunks] where the Q and K tiles were.
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
   static_assert(kMaxChunks >= kMaxChunksPerRow, "the merge weights fit");
-  static_assert(kThreads >= kTableEntries && kTables % 16 == 0, "one table entry per thread, aligned");
+  static_assert(kConsumerThreads + 128 >= kTableEntries && kTables % 16 == 0, "one table entry per thread, aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
   static_assert(kK % 1024 == 0 && kSlots % 16 == 0 && kValid % 16 == 0 && kLive % 16 == 0 && kRowMax % 16 == 0 &&
                     kProb % 16 == 0 && kInv % 16 == 0 && kHandOver % 8 == 0,
@@ -92,7 +85,7 @@ struct WgmmaPlan {
   // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
   // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
   static constexpr int kThreadsPerEntry = 4;
-  static constexpr int kPasses = kBlock * kThreadsPerEntry / kProducerThreads;  // 2
+  static constexpr int kPasses = kBlock * kThreadsPerEntry / 128;  // 2: candidate halves of a warpgroup each
   static constexpr int kPiecesPerThread = Entry::kDataBytes / 16 / kThreadsPerEntry;
   static constexpr int kCodePiecesPerThread = Entry::kNopeDim / 16 / kThreadsPerEntry;
   static_assert(kPiecesPerThread == 9 && kCodePiecesPerThread == 7 && kPasses == 2, "gather shape");
@@ -105,6 +98,30 @@ struct WgmmaPlan {
   static_assert(kPeerRunBytes * (kDim / 64) == kPeerHalfBytes, "the half tile is kDim / 64 runs");
   static constexpr int kStageFreeArrivals = 2 * kConsumerThreads / 32;  // a consumer warp of either CTA
 };
+
+// The block's producer warpgroups and its register split. One producer (threads 256 .. 383) decodes
+// both candidate halves of every block, the next half's loads in flight while it decodes one. Two
+// producers (threads 256 .. 511) decode one half each, without loads ahead (64 registers a thread):
+// measured faster where few blocks share the card (the launches in 4 output parts, ≤ 33 blocks
+// before the split: B=1 −2..−6%) and slower where the grid fills it (2 parts, B=32 N=2176 +2%; one
+// part, B=128 +4%, prefill +5%), where the loads ahead hide a longer memory latency.
+// setmaxnreg only redistributes the block's own registers: the block is launched with
+// 65536 / kThreads per thread (168 or 128, multiples of 8), and asking for more than the producers
+// released hangs (a first version asked 2·192 + 128).
+template <int kProducerGroups>
+struct WgmmaRoles : WgmmaPlan {
+  static_assert(kProducerGroups == 1 || kProducerGroups == 2, "one or two producer warpgroups");
+  static constexpr int kProducers = kProducerGroups;
+  static constexpr int kProducerThreads = 128 * kProducers;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegisters = kProducers == 1 ? 120 : 64;
+  static_assert(kConsumers * kConsumerRegisters + kProducers * kProducerRegisters <= kLaunchRegisters * kThreads / 128,
+                "the registers the producers release cover what the consumers ask for");
+};
+// The launches in 4 output parts (the smallest grids) take two producers, the others one.
+template <int kDimSplit>
+using WgmmaRolesFor = WgmmaRoles<kDimSplit == 4 ? 2 : 1>;
 
 // Byte offset of bf16 elements [d, d + 8) (d a multiple of 8) of row r of a swizzled [64][512] tile:
 // slice d / 64, row r, 16-byte group (d mod 64) / 8 at position group ^ (r mod 8).
@@ -193,7 +210,7 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
 //     free[stage], one arrival per consumer warp of both CTAs.
 enum class TileSync { kNamed, kLocal, kPair };
 
-template <TileSync kSync>
+template <TileSync kSync, int kThreads>
 struct TileHandOver {
   std::uint64_t* full = nullptr;  // [2] (kLocal, kPair)
   std::uint64_t* free = nullptr;  // [2] (kPair)
@@ -204,18 +221,18 @@ struct TileHandOver {
   // Producer: the stage of block it is free again (every consumer released block it − 2).
   __device__ void wait_free(int it) const {
     if constexpr (kSync == TileSync::kPair) ptx::mbarrier_wait(free + it % 2, (it / 2 - 1) & 1);
-    else ptx::barrier_sync(WgmmaPlan::kEmptyBarrier + it % 2, WgmmaPlan::kThreads);
+    else ptx::barrier_sync(WgmmaPlan::kEmptyBarrier + it % 2, kThreads);
   }
   // Producer: this thread's part of tile `stage` is written and fenced for the tensor cores.
   __device__ void arrive_full(int stage) const {
-    if constexpr (kSync == TileSync::kNamed) ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, WgmmaPlan::kThreads);
+    if constexpr (kSync == TileSync::kNamed) ptx::barrier_arrive(WgmmaPlan::kFullBarrier + stage, kThreads);
     else ptx::mbarrier_arrive(full + stage);
   }
   // Consumer: the tile of block it is complete. (kPair: the proxy fence puts the peer's copied
   // bytes before this warpgroup's wgmma reads.)
   __device__ void wait_full(int it) const {
     if constexpr (kSync == TileSync::kNamed) {
-      ptx::barrier_sync(WgmmaPlan::kFullBarrier + it % 2, WgmmaPlan::kThreads);
+      ptx::barrier_sync(WgmmaPlan::kFullBarrier + it % 2, kThreads);
     } else {
       ptx::mbarrier_wait(full + it % 2, (it / 2) & 1);
       if constexpr (kSync == TileSync::kPair) ptx::fence_proxy_async_shared();
@@ -230,17 +247,28 @@ struct TileHandOver {
         ptx::mbarrier_arrive_cluster(ptx::map_to_rank(own, 1));
       }
     } else {
-      ptx::barrier_arrive(WgmmaPlan::kEmptyBarrier + stage, WgmmaPlan::kThreads);
+      ptx::barrier_arrive(WgmmaPlan::kEmptyBarrier + stage, kThreads);
     }
   }
 };
 
 // The candidate a producer thread asks L2 for (prefetch_block: none at ≥ kBlock): one each, or with
 // the pair decode only this CTA's half.
-template <TileSync kSync>
-__device__ __forceinline__ int prefetch_index(int ptid, std::uint32_t rank) {
-  if constexpr (kSync == TileSync::kPair) return ptid < kBlock / 2 ? static_cast<int>(rank) * (kBlock / 2) + ptid : kBlock;
-  return ptid;
+// `pass` is the candidate half this producer warpgroup decodes where it decodes one (the pair's rank,
+// or the warpgroup with two producers; −1: none, an idle warpgroup).
+template <TileSync kSync, int kProducers>
+__device__ __forceinline__ int prefetch_index(int ptid, int pass) {
+  if constexpr (kSync != TileSync::kPair && kProducers == 1) return ptid;
+  return (kProducers == 1 || pass >= 0) && ptid < kBlock / 2 ? pass * (kBlock / 2) + ptid : kBlock;
+}
+
+// The candidate half producer warpgroup `producer` decodes: with one producer, both (−2 = all); the
+// pair's rank; with two producers, its own; the pair with two producers leaves the second idle (−1).
+template <TileSync kSync, int kProducers>
+__device__ __forceinline__ int producer_pass(int producer, std::uint32_t rank) {
+  if constexpr (kSync == TileSync::kPair) return kProducers == 1 || producer == 0 ? static_cast<int>(rank) : -1;
+  if constexpr (kProducers == 2) return producer;
+  return -2;
 }
 
 // The producer warpgroup's loop: block it goes to tile it % 2 once the consumers released the block
@@ -252,29 +280,47 @@ __device__ __forceinline__ int prefetch_index(int ptid, std::uint32_t rank) {
 // prefill H=64 −6%, H=128 (pair) −0.3..−2.5%; the gain is latency hiding (the producer's
 // long-scoreboard stalls fell, its issuing share rose), not instruction fetch, which halving the
 // code did not reduce. kPair: this CTA's producer decodes its pass (= rank) only, into both CTAs' tiles.
-template <TileSync kSync>
+// Two producer warpgroups (WgmmaRoles): each decodes its pass; the pair leaves the second idle.
+template <TileSync kSync, class R>
 __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, const ChunkWork& work, const int* s_slots,
                                               const int* s_live, int num_live, std::uint8_t* s_k,
-                                              const TileHandOver<kSync>& hand_over) {
-  using W = WgmmaPlan;
+                                              const TileHandOver<kSync, R::kThreads>& hand_over) {
+  using W = R;
   constexpr bool kPair = kSync == TileSync::kPair;
-  constexpr int kUnits = kPair ? 1 : W::kPasses;  // units per block
+  constexpr bool kOnePass = kPair || W::kProducers == 2;  // this warpgroup decodes one candidate half
+  constexpr int kUnits = kOnePass ? 1 : W::kPasses;     // units per block
   // The RoPE pieces with the codes (one round trip for the unit) where registers allow: not in the
   // pair kernel, whose producer would spill.
   constexpr bool kRopeAhead = !kPair;
-  const int ptid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;  // 0 .. 127
-  const int first_share = kPair ? static_cast<int>(hand_over.rank) * W::kProducerThreads : 0;
-  const int prefetcher = prefetch_index<kSync>(ptid, hand_over.rank);
-  const int num_units = num_live * kUnits;
-  auto share_index = [&](int unit) { return first_share + unit % kUnits * W::kProducerThreads + ptid; };
+  // The next unit's loads in flight while this one is decoded, where registers allow: not with two
+  // producer warpgroups (64 registers a thread), which overlap each other's loads instead.
+  constexpr bool kLoadAhead = W::kProducers == 1;
+  const int producer_tid = static_cast<int>(threadIdx.x) - W::kConsumerThreads;
+  const int ptid = W::kProducers == 1 ? producer_tid : producer_tid % 128;  // 0 .. 127 in its warpgroup
+  const int pass_owned = producer_pass<kSync, W::kProducers>(producer_tid / 128, hand_over.rank);
+  const int first_share = kOnePass ? pass_owned * 128 : 0;
+  const int prefetcher = prefetch_index<kSync, W::kProducers>(ptid, pass_owned);
+  const int num_units = W::kProducers == 2 && pass_owned == -1 ? 0 : num_live * kUnits;
+  auto share_index = [&](int unit) {
+    int index = first_share + unit % kUnits * 128 + ptid;
+    // With 64 registers the compiler would hoist this thread's (then loop-invariant) load and store
+    // addresses out of the loop and spill them; opaque in each iteration, they are recomputed.
+    if constexpr (!kLoadAhead) asm volatile("" : "+r"(index));
+    return index;
+  };
   EntryShare current, next;
-  if (num_units > 0) load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[0], share_index(0), current);
+  if (kLoadAhead && num_units > 0)
+    load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[0], share_index(0), current);
 #pragma unroll 1
   for (int unit = 0; unit < num_units; ++unit) {
     const int it = unit / kUnits, pass = unit % kUnits, stage = it % 2;
     std::uint8_t* tile = s_k + stage * W::kTileBytes;
-    if (unit + 1 < num_units)
-      load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[(unit + 1) / kUnits], share_index(unit + 1), next);
+    if constexpr (kLoadAhead) {
+      if (unit + 1 < num_units)
+        load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[(unit + 1) / kUnits], share_index(unit + 1), next);
+    } else {
+      load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[it], share_index(unit), current);
+    }
     if (pass == 0) {
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
       if (it >= 2) {
@@ -284,7 +330,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
     }
     store_entry_share<kRopeAhead>(current, tile, share_index(unit));
-    current = next;
+    if constexpr (kLoadAhead) current = next;
     DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
     if (pass + 1 < kUnits) continue;
     ptx::fence_proxy_async_shared();  // these stores before the copy engine's and the tensor cores' reads
@@ -292,7 +338,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       // This CTA's half is in its own tile; once all 128 threads wrote theirs, one thread has the copy
       // engine move it to the peer's tile (8 runs of 4 KB), completing the peer's phase it / 2 of
       // full[stage] together with its expect_tx arrival.
-      ptx::barrier_sync(W::kProducerBarrier, W::kProducerThreads);
+      ptx::barrier_sync(W::kProducerBarrier, 128);  // the decoding warpgroup
       if (ptid == 0) {
         const std::uint32_t peer_full = hand_over.peer_full + 8 * stage;
         ptx::mbarrier_arrive_expect_tx_cluster(peer_full, W::kPeerHalfBytes);
@@ -606,15 +652,18 @@ __device__ __forceinline__ void scores(float (&acc)[kN / 2], std::uint64_t q_des
 // decode of every K block (TileSync::kPair). The tiles hold the same bytes, so the output is the
 // unpaired kernel's.
 template <int kHeadTile, int kDimSplit, bool kClusterMerge = false, bool kAsymmetric = false, bool kPairDecode = false>
-__global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
+__global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
     sparse_attention_wgmma_kernel(const __grid_constant__ SparseAttentionParams p) {
   static_assert(kHeadTile == WgmmaPlan::kHeads, "the wgmma kernel is the 64-head tile");
   static_assert(kDimSplit == 1 || kDimSplit == 2 || kDimSplit == 4, "output dims split in 1, 2 or 4");
   static_assert(!kPairDecode || (kAsymmetric && !kClusterMerge && kDimSplit == 1), "the pair decode's variant");
   constexpr TileSync kSync = kPairDecode ? TileSync::kPair : kAsymmetric ? TileSync::kLocal : TileSync::kNamed;
-  using W = WgmmaPlan;
+  using W = WgmmaRolesFor<kDimSplit>;
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
+  // ptxas compiles every instruction within the launch's registers, whatever setmaxnreg gives later:
+  // an m64n256 P·V (128 accumulators) needs more than the 128 of a 512-thread block.
+  static_assert(W::kLaunchRegisters >= 160 || kConsumerDims <= 128, "the P·V wgmma fits the launch's registers");
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
   // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
   static_assert(W::kConsumers * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch <= W::kSlots - W::kQ,
@@ -634,7 +683,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   auto* s_hand_over = reinterpret_cast<std::uint64_t*>(smem + W::kHandOver);  // kAsymmetric: mbarriers
   std::uint64_t* s_prob_ready = s_hand_over + 2;
   std::uint64_t* s_prob_read = s_hand_over + 3;
-  TileHandOver<kSync> hand_over;
+  TileHandOver<kSync, W::kThreads> hand_over;
   hand_over.full = s_hand_over;
   hand_over.free = s_hand_over + 4;
   if constexpr (kPairDecode) {
@@ -686,7 +735,8 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
     // One arrival per producer thread on full (+ the peer producer's, kPairDecode), per scorer /
     // follower thread on P ready / read, per consumer warp of the pair on free (kPairDecode).
     if (tid == 0) {
-      for (int stage = 0; stage < 2; ++stage) ptx::mbarrier_init(hand_over.full + stage, 128 + (kPairDecode ? 1 : 0));
+      for (int stage = 0; stage < 2; ++stage)
+        ptx::mbarrier_init(hand_over.full + stage, kPairDecode ? 128 + 1 : W::kProducerThreads);
       ptx::mbarrier_init(s_prob_ready, 128);
       ptx::mbarrier_init(s_prob_read, 128);
       if constexpr (kPairDecode) {
@@ -697,7 +747,9 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
   }
   if constexpr (kPairDecode) ptx::cluster_arrive_relaxed();  // waited below: both CTAs' barriers exist
   if (tid >= W::kConsumerThreads) {
-    const int prefetcher = prefetch_index<kSync>(tid - W::kConsumerThreads, hand_over.rank);
+    const int producer_tid = tid - W::kConsumerThreads;
+    const int prefetcher = prefetch_index<kSync, W::kProducers>(
+        W::kProducers == 1 ? producer_tid : producer_tid % 128, producer_pass<kSync, W::kProducers>(producer_tid / 128, hand_over.rank));
     if (num_live > 0) prefetch_block(p, s_slots, work.chunk_begin, s_live[0], prefetcher);
     if (num_live > 1) prefetch_block(p, s_slots, work.chunk_begin, s_live[1], prefetcher);
   }
@@ -709,7 +761,7 @@ __global__ void __launch_bounds__(WgmmaPlan::kThreads, 1)
 
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
-    produce_tiles(p, work, s_slots, s_live, num_live, s_k, hand_over);
+    produce_tiles<kSync, W>(p, work, s_slots, s_live, num_live, s_k, hand_over);
     DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
     // Its last bulk copy to the peer is issued (the peer waits for those bytes itself): the producer
     // only counts itself in for the pair's exit barrier.
