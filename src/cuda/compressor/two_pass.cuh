@@ -665,10 +665,20 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
   write_ring_direct<Config>(p, rows, r, span, thread);
 }
 
-// Events a request's head computes: the first coff, whose windows may reach below the prefix.
+// Events a request's head computes: those of the first coff whose windows start below the prefix
+// (they read ring rows, which the step's ring write replaces). The windows' starts grow with the
+// event, so these lead. A window of this step's rows only is a body's, in parallel: a fresh prefill
+// has no head event, and its ring item writes the ring while the events run (launch.cu: the same rule).
 __device__ __forceinline__ int head_event_count(const KernelParams& p, const StepRequest& r) {
   const int coff = p.overlap ? 2 : 1;
-  return r.num_events < coff ? r.num_events : coff;
+  const int first_events = r.num_events < coff ? r.num_events : coff;
+  const std::int64_t entry = r.prefix / p.ratio;
+  int head = 0;
+  for (int e = 0; e < first_events; ++e) {
+    const std::int64_t window_start = (entry + e) * p.ratio - ((p.overlap && entry + e >= 1) ? p.ratio : 0);
+    if (window_start < r.prefix) head = e + 1;
+  }
+  return head;
 }
 
 // Whether the request's ring item writes its ring: whenever no ring row written this step can be
