@@ -274,9 +274,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   compressor::ShortWindowPrefill short_window = short_window_prefill();
   if (layout.one_item_per_request && short_window != compressor::ShortWindowPrefill::FiveBlocksPerSMLean)
     short_window = compressor::ShortWindowPrefill::FourBlocksPerSM;
+  p.ratio_divisor = make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));  // every two-pass kernel
   if (short_window == compressor::ShortWindowPrefill::FiveBlocksPerSMLean) {
     if (!long_window && !spec.online && lean_prefill_fits(a)) {
-      p.ratio_divisor = make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
       p.ring_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
       p.page_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
     } else {  // same bytes
