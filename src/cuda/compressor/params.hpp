@@ -11,7 +11,8 @@
 //         ring item writes them);
 //   body: one event whose window lies entirely in this step's new rows;
 //   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
-//         head event, or every decode step), in parallel with its head.
+//         head event, or every decode step), in parallel with its head; first in the grid where the
+//         step has bodies, last in decode steps.
 //   split unit (two-pass long windows, decode steps only: launch.cu): one block computing a share of
 //         one head event's candidate slices (config.hpp); the head then computes nothing, and the
 //         last split unit of the event to finish merges the partials and stores the entry. Split

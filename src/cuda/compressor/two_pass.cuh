@@ -718,7 +718,14 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     }
     block -= split_blocks;
   }
-  const std::int64_t item = block * Config::kUnitsPerBlock + unit;
+  // Steps with bodies (prefill) run their ring items first: a ring write is a chain of dependent
+  // rounds, and started in a grid's last wave it outlasted every event (measured on the H200: C128
+  // T=256K 273 → 326 µs with the ring items last and no head event). Decode steps keep them last.
+  const std::int64_t place_in_grid = block * Config::kUnitsPerBlock + unit;
+  const std::int64_t item = p.one_item_per_request || place_in_grid >= p.ring_items + p.num_items
+                                ? place_in_grid
+                            : place_in_grid < p.ring_items ? p.num_items + place_in_grid
+                                                           : place_in_grid - p.ring_items;
   if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
   if (item >= p.num_items) {  // a ring item
     const StepRequest r = step_request(p, item - p.num_items);
