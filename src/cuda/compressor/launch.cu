@@ -40,9 +40,19 @@ void require_rows(const float* data, std::int64_t stride, std::int64_t rows, con
 
 std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 
-// Events a request's head item computes: those whose window may reach before the prefix.
-std::int64_t head_events(const CompressorSpec& spec, std::int64_t num_events) {
-  return std::min<std::int64_t>(num_events, spec.online ? 1 : spec.coff());
+// Events a request's head item computes. Online: the first (it continues the slot's running state).
+// Two-pass: those of the first coff whose windows start below the prefix (two_pass.cuh,
+// head_event_count); the others read this step's rows only and run as bodies.
+std::int64_t head_events(const CompressorSpec& spec, const StepRequest& r) {
+  if (spec.online) return std::min<std::int64_t>(r.num_events, 1);
+  const std::int64_t first_events = std::min<std::int64_t>(r.num_events, spec.coff());
+  const std::int64_t entry = r.prefix / spec.ratio;
+  std::int64_t head = 0;
+  for (std::int64_t e = 0; e < first_events; ++e) {
+    const std::int64_t window_start = (entry + e) * spec.ratio - ((spec.overlap && entry + e >= 1) ? spec.ratio : 0);
+    if (window_start < r.prefix) head = e + 1;
+  }
+  return head;
 }
 
 // Whether a two-pass request's ring item writes its ring in parallel with its head: two_pass.cuh's
@@ -164,7 +174,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     }
     // A split step's requests have only head events (no bodies) and ring items that write (so
     // the split kernel's heads have nothing to do); ≤ 8 tokens with m > 8 guarantee both.
-    const std::int64_t head = head_events(spec, r.num_events);
+    const std::int64_t head = head_events(spec, s);
     split_step = split_step && r.new_tokens <= compressor::kSplitMaxNewTokens && r.num_events == head &&
                  ring_writes_in_parallel(spec, s, head, a.records_per_slot);
     for (std::int64_t e = 0; split_step && e < head; ++e) {
@@ -264,9 +274,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   compressor::ShortWindowPrefill short_window = short_window_prefill();
   if (layout.one_item_per_request && short_window != compressor::ShortWindowPrefill::FiveBlocksPerSMLean)
     short_window = compressor::ShortWindowPrefill::FourBlocksPerSM;
+  p.ratio_divisor = make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));  // every two-pass kernel
   if (short_window == compressor::ShortWindowPrefill::FiveBlocksPerSMLean) {
     if (!long_window && !spec.online && lean_prefill_fits(a)) {
-      p.ratio_divisor = make_fast_divisor(static_cast<std::uint32_t>(spec.ratio));
       p.ring_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.records_per_slot));
       p.page_divisor = make_fast_divisor(static_cast<std::uint32_t>(a.entries_per_page));
     } else {  // same bytes

@@ -4,13 +4,15 @@
 // Work is split into "items": every request of the step that brings tokens has one HEAD item and
 // one BODY item per further compress event (two-pass kernels add one RING item per request, see
 // KernelParams::ring_items).
-//   head: the events that may read the old state (two-pass: the first coff events, whose windows
-//         reach back before the prefix; online: the first block, continued from the snapshot), then
+//   head: the events that read the old state (two-pass: those of the first coff events whose windows
+//         start before the prefix — none in a fresh prefill; online: the first block, continued from
+//         the snapshot), then
 //         the state writes of the request (after a barrier of its own unit; two-pass: unless its
 //         ring item writes them);
 //   body: one event whose window lies entirely in this step's new rows;
 //   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
-//         head event, or every decode step), in parallel with its head.
+//         head event, or every decode step), in parallel with its head; first in the grid where the
+//         step has bodies, last in decode steps.
 //   split unit (two-pass long windows, decode steps only: launch.cu): one block computing a share of
 //         one head event's candidate slices (config.hpp); the head then computes nothing, and the
 //         last split unit of the event to finish merges the partials and stores the entry. Split
