@@ -613,7 +613,8 @@ TEST_F(SparseAttentionGpu, ClusterMergeAutomaticKeepsWaves) {
     options.output_parts = 4;
     const int chunks = (128 + c.compressed_width + c.split - 1) / c.split;
     const long long grid = static_cast<long long>(c.rows) * (c.heads / 64) * chunks * 4;
-    const bool expected = cuda::clusters_keep_waves(grid, grid / chunks, cuda::attention_clusters_at_once(chunks), sms);
+    const bool expected =
+        cuda::clusters_keep_waves(grid, grid / chunks, cuda::attention_clusters_at_once(chunks, options.output_parts), sms);
     Outputs through_workspace, automatic;
     {
       const ClusterMergeScope off(cuda::ClusterMerge::off);

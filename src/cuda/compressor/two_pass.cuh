@@ -692,8 +692,9 @@ __device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const Ri
 }
 
 // Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
-// instantiations) unit u runs item u: items [0, num_items) are heads and bodies (params.hpp), items
-// [num_items, num_items + ring_items) the ring items of the requests in order.
+// instantiations) the units run the items: [0, num_items) are heads and bodies (params.hpp),
+// [num_items, num_items + ring_items) the ring items of the requests in order — unit u runs item u in
+// decode steps, and in steps with bodies the ring items first (below).
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {

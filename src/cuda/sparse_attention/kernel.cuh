@@ -250,7 +250,8 @@ __device__ __noinline__ void merge_chunks(const SparseAttentionParams& p, std::i
   // chunks' statistics in turn; with more chunks than the rounds of half-warps it takes, one half-warp
   // per head, lane c reading chunk c's (the reads of a round in flight at once; the same operations as
   // merge_weights, as in the cluster merge). Measured (H200, 64 heads: 4 rounds): 10 chunks 22.8 →
-  // 21.4 µs, 2 chunks +0.6..1 µs with half-warps.
+  // 21.4 µs, 2 chunks +0.6..1 µs with half-warps; not measured on the 16- and 32-head tiles (1 and 2
+  // rounds), which take it from 2 and 3 chunks.
   const int tile_heads = min(kHeadTile, p.num_heads - head0);
   const int num_chunks = p.num_splits;
   constexpr int kLanes = 16;

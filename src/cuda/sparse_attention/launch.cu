@@ -70,7 +70,6 @@ void note_cluster_merge_launch(bool merged_in_cluster) {
   cluster_merge_switch.last.store(merged_in_cluster, std::memory_order_relaxed);
 }
 
-int attention_clusters_at_once(int size) { return sparse_attention::wgmma_clusters_at_once(size); }
 
 bool asymmetric_consumers() { return asymmetric_switch.get() != 0; }
 bool set_asymmetric_consumers(bool on) { return asymmetric_switch.set(on ? 1 : 0) != 0; }

@@ -88,9 +88,8 @@ int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::a
   return clusters;
 }
 
-// The cluster kernel's answer for `size`, for the instantiation of kDimSplit (attention_clusters_at_once:
-// kDimSplit 1).
-template <int kDimSplit = 1>
+// The cluster kernel's answer for `size`, for the instantiation of kDimSplit (attention_clusters_at_once).
+template <int kDimSplit>
 int wgmma_clusters_at_once(int size) {
   if (size < 2 || size > 16) return 0;
   const auto kernel = sparse_attention_wgmma_kernel<WgmmaPlan::kHeads, kDimSplit, true>;

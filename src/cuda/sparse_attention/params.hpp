@@ -98,10 +98,10 @@ void launch_sparse_attention(const SparseAttentionParams& params, void* stream);
 enum class ClusterMerge { off, automatic, forced };
 ClusterMerge set_cluster_merge(ClusterMerge mode);
 ClusterMerge cluster_merge();
-// How many clusters of `size` (2..16) chunk blocks of the 64-head tile this device runs at once
-// (cudaOccupancyMaxActiveClusters; every dim-split instantiation has the same launch shape); 0 when
-// it cannot schedule that size.
-int attention_clusters_at_once(int size);
+// How many clusters of `size` (2..16) chunk blocks of the 64-head tile in `output_parts` (1, 2 or 4)
+// this device runs at once (cudaOccupancyMaxActiveClusters of that instantiation: the 4-part one has
+// 512 threads, the others 384); 0 when it cannot schedule that size.
+int attention_clusters_at_once(int size, int output_parts = 1);
 // The automatic mode's rule: a grid of `grid_blocks` thread blocks (one per SM) launched as `clusters`
 // clusters, at most `at_once` resident, must not take more rounds than the plain grid takes waves —
 // a cluster's SMs sit in one GPC, so large clusters can leave SMs idle (B = 1, H = 128 at 10 chunks:

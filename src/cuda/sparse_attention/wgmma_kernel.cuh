@@ -301,6 +301,9 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
   const int first_share = kOnePass ? pass_owned * 128 : 0;
   const int prefetcher = prefetch_index<kSync, W::kProducers>(ptid, pass_owned);
   const int num_units = W::kProducers == 2 && pass_owned == -1 ? 0 : num_live * kUnits;
+  // (Timeline builds: one warpgroup stamps the producer's words; with two, the first — its pass is
+  // the first candidate half, and "half stored" then means that warpgroup's half.)
+  DSV4_TIMELINE(const bool stamps = W::kProducers == 1 || pass_owned == 0);
   auto share_index = [&](int unit) {
     int index = first_share + unit % kUnits * 128 + ptid;
     // With 64 registers the compiler would hoist this thread's (then loop-invariant) load and store
@@ -322,16 +325,16 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
       load_entry_codes<kRopeAhead>(p, s_slots, work.chunk_begin, s_live[it], share_index(unit), current);
     }
     if (pass == 0) {
-      DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
+      DSV4_TIMELINE(if (stamps) timeline::mark(timeline::producer_word(it, timeline::kLoadsIssued)));
       if (it >= 2) {
         hand_over.wait_free(it);
         ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tile come before these writes
       }
-      DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
+      DSV4_TIMELINE(if (stamps) timeline::mark(timeline::producer_word(it, timeline::kEmptyDone)));
     }
     store_entry_share<kRopeAhead>(current, tile, share_index(unit));
     if constexpr (kLoadAhead) current = next;
-    DSV4_TIMELINE(if (pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
+    DSV4_TIMELINE(if (stamps && pass == 0) timeline::mark(timeline::producer_word(it, timeline::kHalfStored)));
     if (pass + 1 < kUnits) continue;
     ptx::fence_proxy_async_shared();  // these stores before the copy engine's and the tensor cores' reads
     if constexpr (kPair) {
@@ -350,7 +353,7 @@ __device__ __forceinline__ void produce_tiles(const SparseAttentionParams& p, co
         }
       }
     }
-    DSV4_TIMELINE(timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
+    DSV4_TIMELINE(if (stamps) timeline::mark(timeline::producer_word(it, timeline::kTileReady)));
     hand_over.arrive_full(stage);
     // The L2 prefetch of block it + 2 after the tile is handed over, off the path from this block's
     // loads to its tile (measured: −1 µs at B=128, −3 µs at B=1; without it, +1 and +4 µs).
@@ -661,8 +664,9 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   using W = WgmmaRolesFor<kDimSplit>;
   constexpr int kPartDims = kDim / kDimSplit;                    // output dims of this block
   constexpr int kConsumerDims = kPartDims / W::kConsumers;       // of each consumer (wgmma N: 256, 128, 64)
-  // ptxas compiles every instruction within the launch's registers, whatever setmaxnreg gives later:
-  // an m64n256 P·V (128 accumulators) needs more than the 128 of a 512-thread block.
+  // ptxas must fit each single instruction in the launch's registers, whatever setmaxnreg gives the
+  // code around it: an m64n256 P·V (128 accumulators) does not fit the 128 of a 512-thread block
+  // ("Insufficient registers (128) to compile instruction").
   static_assert(W::kLaunchRegisters >= 160 || kConsumerDims <= 128, "the P·V wgmma fits the launch's registers");
   using ConsumerSync = GroupSync<W::kConsumerThreads, W::kConsumerBarrier>;
   // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
@@ -762,7 +766,7 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   if (tid >= W::kConsumerThreads) {
     ptx::registers_decrease<W::kProducerRegisters>();
     produce_tiles<kSync, W>(p, work, s_slots, s_live, num_live, s_k, hand_over);
-    DSV4_TIMELINE(timeline::mark(timeline::kProducerEnd));
+    DSV4_TIMELINE(if (W::kProducers == 1 || tid < W::kConsumerThreads + 128) timeline::mark(timeline::kProducerEnd));
     // Its last bulk copy to the peer is issued (the peer waits for those bytes itself): the producer
     // only counts itself in for the pair's exit barrier.
     if constexpr (kPairDecode) ptx::cluster_arrive();
