@@ -5,8 +5,9 @@
 // entries written + the state written (two-pass: the last R ring rows; online: max_rollback + 1
 // snapshots); ceiling = the card's measured copy bandwidth. The kernel is timed alone (metadata
 // uploaded beforehand), L2 flushed before every launch, median of 50.
-// Decode: B ∈ {1, 8, 64, 256, 1024} requests with 1 or 4 new tokens each, random prefixes (every
-// offset within a block occurs) over a random state. The step's kernel is captured in a CUDA graph
+// Decode: B ∈ {1, 8, 64, 256, 1024} requests with 1 or 4 new tokens each, and B ∈ {1, 256} with 8
+// (the most draft tokens a step takes), random prefixes (every offset within a block occurs) over a
+// random state. The step's kernel is captured in a CUDA graph
 // with its metadata already on the device (one upload per step serves every layer's compressors)
 // and the graph launch is timed; a second graph with the metadata upload from pinned memory in
 // front of the kernel is timed too ("with_upload_us"). Bytes = new rows + the window rows read
@@ -411,8 +412,9 @@ int main(int argc, char** argv) {
   }
   if (filter.wants("decode floor (an empty kernel in a graph)")) decode_floor_case(report, copy_gbs);
   for (const Kind& kind : kKinds) {
-    for (const int new_tokens : {1, 4}) {
+    for (const int new_tokens : {1, 4, 8}) {
       for (const int requests : {1, 8, 64, 256, 1024}) {
+        if (new_tokens == 8 && requests != 1 && requests != 256) continue;
         const std::string name = std::string("decode ") + kind.name + " B=" + std::to_string(requests) + " n=" +
                                  std::to_string(new_tokens);
         if (filter.wants(name)) decode_case(report, kind, requests, new_tokens, copy_gbs);
