@@ -5,6 +5,8 @@
 // entries written + the state written (two-pass: the last R ring rows; online: max_rollback + 1
 // snapshots); ceiling = the card's measured copy bandwidth. The kernel is timed alone (metadata
 // uploaded beforehand), L2 flushed before every launch, median of 50.
+// Chunked prefill: one request, 8K new rows on a prefix of 65536 (a block boundary) or 65538 tokens,
+// over a random state; checked against the CPU reference.
 // Decode: B ∈ {1, 8, 64, 256, 1024} requests with 1 or 4 new tokens each, and B ∈ {1, 256} with 8
 // (the most draft tokens a step takes), random prefixes (every offset within a block occurs) over a
 // random state. The step's kernel is captured in a CUDA graph
@@ -278,6 +280,37 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
              us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
 }
 
+// A chunk of a chunked prefill: one request, `tokens` new rows on top of `prefix` tokens, over a
+// random state (the slot as if it had seen its prefix). Timed like the prefills (the kernel alone,
+// metadata uploaded beforehand). A chunk's ring write overwrites ring rows its head reads, so the
+// timed replays change the state: the checked launch runs on the state from before the timing.
+void chunk_case(bench::Report& report, const Kind& kind, std::int64_t prefix, std::int64_t tokens, double copy_gbs) {
+  Step step(kind, {prefix}, tokens, 17);
+  void* device_layout = nullptr;
+  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");  // + split scratch
+  check_cuda(cudaMemcpy(device_layout, step.layout.bytes.data(), step.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
+  const std::vector<float> state_before = host_vector<float>(step.pool.storage());
+  const double us = bench::time_us([&](cudaStream_t s) { cuda::launch_compress_step(step.args, step.layout, device_layout, s); });
+
+  check_cuda(cudaMemcpy(step.pool.storage().data_as<float>(), state_before.data(), state_before.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             "state restore");
+  Tensor compressed = Tensor::empty(DType::F32, {static_cast<std::int64_t>(step.plan.events.size()), step.spec.width}, Device::CUDA);
+  compressed.fill_bytes(0xff);
+  ref::CompressArgs a = step.args;
+  a.out_compressed = compressed.data_as<float>();
+  cuda::launch_compress_step(a, step.layout, device_layout, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "chunk check");
+  const bool checked = step.check_against_reference(host_vector<float>(compressed), host_vector<std::uint8_t>(step.cache.storage()),
+                                                    state_before);
+  check_cuda(cudaFree(device_layout), "cudaFree");
+  const double bytes = step.bytes();
+  report.add(std::string("prefill chunk ") + kind.name + " P=" + std::to_string(prefix) + " T=" + std::to_string(tokens),
+             {{"prefix", prefix}, {"T", tokens}, {"ratio", kind.ratio}, {"width", step.spec.width}, {"online", kind.online},
+              {"events", step.plan.events.size()}, {"bytes", bytes}},
+             us, "GB/s", bytes / (us * 1e3), copy_gbs, checked);
+}
+
 // The step in a graph of every layer's steps (bench::per_call_in_layer_graph_us): kLayerCalls steps of
 // the same shape on separate inputs, state and caches (the other layers); each still reads cold rows
 // and state.
@@ -408,6 +441,13 @@ int main(int argc, char** argv) {
     const bool any_prefill = prefill_wanted(8192) || prefill_wanted(65536) || prefill_wanted(262144);
     for (const std::int64_t tokens : {8192, 65536, 262144}) {
       if (tokens == 8192 ? any_prefill : prefill_wanted(tokens)) prefill_case(report, kind, tokens, copy_gbs, first_8k);
+    }
+  }
+  // Chunks of 8K on a prefix at a block boundary of every compressor, and inside a block.
+  for (const Kind& kind : kKinds) {
+    for (const std::int64_t prefix : {65536, 65538}) {
+      const std::string name = std::string("prefill chunk ") + kind.name + " P=" + std::to_string(prefix) + " T=8192";
+      if (filter.wants(name)) chunk_case(report, kind, prefix, 8192, copy_gbs);
     }
   }
   if (filter.wants("decode floor (an empty kernel in a graph)")) decode_floor_case(report, copy_gbs);
