@@ -196,6 +196,25 @@ struct Step {
     return total;
   }
 
+  // The step's metadata in device memory (with room for the split scratch); the caller frees it.
+  void* upload_layout() const {
+    void* device_layout = nullptr;
+    check_cuda(cudaMalloc(&device_layout, layout.device_bytes), "cudaMalloc(layout)");
+    check_cuda(cudaMemcpy(device_layout, layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
+    return device_layout;
+  }
+
+  // Runs the step once more with its compressed rows as an output (poisoned first) and returns them.
+  std::vector<float> compressed_rows(void* device_layout, cudaStream_t stream) const {
+    Tensor compressed = Tensor::empty(DType::F32, {static_cast<std::int64_t>(plan.events.size()), spec.width}, Device::CUDA);
+    compressed.fill_bytes(0xff);
+    ref::CompressArgs a = args;
+    a.out_compressed = compressed.data_as<float>();
+    cuda::launch_compress_step(a, layout, device_layout, stream);
+    check_cuda(cudaStreamSynchronize(stream), "compressed rows");
+    return host_vector<float>(compressed);
+  }
+
   // Runs the CPU reference on host copies of this step's inputs and state; compares its compressed
   // rows with the GPU's (`gpu_compressed` [E, c]) and its cache bytes with `gpu_cache` (the entries
   // the step writes). Returns whether both are within tolerance; prints the first failure.
@@ -244,22 +263,14 @@ struct Prefill8K {
 void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, double copy_gbs,
                   std::map<std::string, Prefill8K>& first_8k) {
   Step step(kind, {0}, tokens, 7);
-  void* device_layout = nullptr;
-  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");  // + split scratch
-  check_cuda(cudaMemcpy(device_layout, step.layout.bytes.data(), step.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
+  void* device_layout = step.upload_layout();
   const std::vector<float> state_before = host_vector<float>(step.pool.storage());
   const double us = bench::time_us([&](cudaStream_t s) { cuda::launch_compress_step(step.args, step.layout, device_layout, s); });
 
   bool checked;
   const std::vector<std::uint8_t> cache = host_vector<std::uint8_t>(step.cache.storage());
   if (tokens == 8192) {
-    Tensor compressed = Tensor::empty(DType::F32, {static_cast<std::int64_t>(step.plan.events.size()), step.spec.width}, Device::CUDA);
-    compressed.fill_bytes(0xff);
-    ref::CompressArgs a = step.args;
-    a.out_compressed = compressed.data_as<float>();
-    cuda::launch_compress_step(a, step.layout, device_layout, nullptr);
-    check_cuda(cudaDeviceSynchronize(), "prefill check");
-    checked = step.check_against_reference(host_vector<float>(compressed), cache, state_before);
+    checked = step.check_against_reference(step.compressed_rows(device_layout, nullptr), cache, state_before);
     first_8k[kind.name] = Prefill8K{cache, step.cache.page_bytes()};
   } else {
     // The first 8192 tokens' entries are those of the 8K run: logical pages 0..31 are physical
@@ -286,23 +297,15 @@ void prefill_case(bench::Report& report, const Kind& kind, std::int64_t tokens, 
 // timed replays change the state: the checked launch runs on the state from before the timing.
 void chunk_case(bench::Report& report, const Kind& kind, std::int64_t prefix, std::int64_t tokens, double copy_gbs) {
   Step step(kind, {prefix}, tokens, 17);
-  void* device_layout = nullptr;
-  check_cuda(cudaMalloc(&device_layout, step.layout.device_bytes), "cudaMalloc(layout)");  // + split scratch
-  check_cuda(cudaMemcpy(device_layout, step.layout.bytes.data(), step.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
+  void* device_layout = step.upload_layout();
   const std::vector<float> state_before = host_vector<float>(step.pool.storage());
   const double us = bench::time_us([&](cudaStream_t s) { cuda::launch_compress_step(step.args, step.layout, device_layout, s); });
 
   check_cuda(cudaMemcpy(step.pool.storage().data_as<float>(), state_before.data(), state_before.size() * sizeof(float),
                         cudaMemcpyHostToDevice),
              "state restore");
-  Tensor compressed = Tensor::empty(DType::F32, {static_cast<std::int64_t>(step.plan.events.size()), step.spec.width}, Device::CUDA);
-  compressed.fill_bytes(0xff);
-  ref::CompressArgs a = step.args;
-  a.out_compressed = compressed.data_as<float>();
-  cuda::launch_compress_step(a, step.layout, device_layout, nullptr);
-  check_cuda(cudaDeviceSynchronize(), "chunk check");
-  const bool checked = step.check_against_reference(host_vector<float>(compressed), host_vector<std::uint8_t>(step.cache.storage()),
-                                                    state_before);
+  const std::vector<float> compressed = step.compressed_rows(device_layout, nullptr);
+  const bool checked = step.check_against_reference(compressed, host_vector<std::uint8_t>(step.cache.storage()), state_before);
   check_cuda(cudaFree(device_layout), "cudaFree");
   const double bytes = step.bytes();
   report.add(std::string("prefill chunk ") + kind.name + " P=" + std::to_string(prefix) + " T=" + std::to_string(tokens),
@@ -320,11 +323,7 @@ double per_step_in_layer_graph_us(const Kind& kind, const std::vector<std::int64
   std::vector<void*> layouts;
   for (int l = 0; l < bench::kLayerCalls; ++l) {
     layers.push_back(std::make_unique<Step>(kind, prefixes, new_tokens, 5000 + 97 * l + prefixes.size()));
-    void* layout = nullptr;
-    check_cuda(cudaMalloc(&layout, layers.back()->layout.device_bytes), "cudaMalloc(layout)");
-    check_cuda(cudaMemcpy(layout, layers.back()->layout.bytes.data(), layers.back()->layout.bytes.size(),
-                          cudaMemcpyHostToDevice), "upload");
-    layouts.push_back(layout);
+    layouts.push_back(layers.back()->upload_layout());
   }
   const double us = bench::per_call_in_layer_graph_us(stream, [&](int l, cudaStream_t s) {
     cuda::launch_compress_step(layers[l]->args, layers[l]->layout, layouts[l], s, cuda::StepMetadata::InParametersWhenSmall);
@@ -368,9 +367,7 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   // flush, the same kernel runs once on another step's buffers (same shape, other seed), so the timed
   // call's data stays cold. The difference to `us` is what fetching cold code costs a decode step.
   Step other(kind, prefixes, new_tokens, 911 + requests);
-  void* other_layout = nullptr;
-  check_cuda(cudaMalloc(&other_layout, other.layout.device_bytes), "cudaMalloc(layout)");
-  check_cuda(cudaMemcpy(other_layout, other.layout.bytes.data(), other.layout.bytes.size(), cudaMemcpyHostToDevice), "upload");
+  void* other_layout = other.upload_layout();
   const bench::CapturedGraph other_graph(stream, [&](cudaStream_t s) {
     cuda::launch_compress_step(other.args, other.layout, other_layout, s, cuda::StepMetadata::InParametersWhenSmall);
   });
@@ -381,14 +378,8 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
 
   // Replays are idempotent (no step writes state its reads use), so the reference runs on the
   // state from before the timing; the kernel runs once more with the compressed rows as output.
-  Tensor compressed = Tensor::empty(DType::F32, {static_cast<std::int64_t>(step.plan.events.size()), step.spec.width}, Device::CUDA);
-  compressed.fill_bytes(0xff);
-  ref::CompressArgs a = step.args;
-  a.out_compressed = compressed.data_as<float>();
-  cuda::launch_compress_step(a, step.layout, device_layout, stream);
-  check_cuda(cudaStreamSynchronize(stream), "decode check");
-  const bool checked = step.check_against_reference(host_vector<float>(compressed), host_vector<std::uint8_t>(step.cache.storage()),
-                                                    state_before);
+  const std::vector<float> compressed = step.compressed_rows(device_layout, stream);
+  const bool checked = step.check_against_reference(compressed, host_vector<std::uint8_t>(step.cache.storage()), state_before);
   cudaStreamDestroy(stream);
   cudaFree(device_layout);
   cudaFree(other_layout);
