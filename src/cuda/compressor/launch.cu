@@ -41,18 +41,10 @@ void require_rows(const float* data, std::int64_t stride, std::int64_t rows, con
 std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 
 // Events a request's head item computes. Online: the first (it continues the slot's running state).
-// Two-pass: those of the first coff whose windows start below the prefix (two_pass.cuh,
-// head_event_count); the others read this step's rows only and run as bodies.
+// Two-pass: params.hpp's rule, as the kernel applies it (two_pass.cuh, head_event_count).
 std::int64_t head_events(const CompressorSpec& spec, const StepRequest& r) {
   if (spec.online) return std::min<std::int64_t>(r.num_events, 1);
-  const std::int64_t first_events = std::min<std::int64_t>(r.num_events, spec.coff());
-  const std::int64_t entry = r.prefix / spec.ratio;
-  std::int64_t head = 0;
-  for (std::int64_t e = 0; e < first_events; ++e) {
-    const std::int64_t window_start = (entry + e) * spec.ratio - ((spec.overlap && entry + e >= 1) ? spec.ratio : 0);
-    if (window_start < r.prefix) head = e + 1;
-  }
-  return head;
+  return compressor::two_pass_head_events(spec.overlap, r.prefix, r.prefix % spec.ratio != 0, r.num_events);
 }
 
 // Whether a two-pass request's ring item writes its ring in parallel with its head: two_pass.cuh's

@@ -50,6 +50,19 @@ struct StepRequest {
 };
 static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
 
+// Events a two-pass request's head item computes: those of its first coff whose windows start below
+// the prefix (they read ring rows, which the step's ring write replaces; the windows' starts grow
+// with the event, so these lead). Event e's window starts at (prefix / m + e)·m, one block earlier
+// with overlap once that entry is ≥ 1: event 0's starts below the prefix iff it overlaps the
+// previous block (any prefix > 0) or the prefix is inside a block, event 1's (overlap) iff the
+// latter. The rest read this step's rows only and run as bodies: a fresh prefill has no head event.
+// One rule for the host planner and the kernel (launch.cu, two_pass.cuh), which differ only in how
+// they find `inside_block` (prefix mod m ≠ 0).
+constexpr int two_pass_head_events(bool overlap, std::int64_t prefix, bool inside_block, int num_events) {
+  const int reading = overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
+  return num_events < reading ? num_events : reading;
+}
+
 // A head event computed by split units: its request and entry page (copies, so a split unit's first
 // load is its only metadata load) and the event index (< coff). 64 bytes.
 struct SplitEvent {

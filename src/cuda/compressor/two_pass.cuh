@@ -665,20 +665,15 @@ __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows
   write_ring_direct<Config>(p, rows, r, span, thread);
 }
 
-// Events a request's head computes: those of the first coff whose windows start below the prefix
-// (they read ring rows, which the step's ring write replaces). The windows' starts grow with the
-// event, so these lead. A window of this step's rows only is a body's, in parallel: a fresh prefill
-// has no head event, and its ring item writes the ring while the events run (launch.cu: the same rule).
+// Events a request's head computes (params.hpp, two_pass_head_events); with no head event its ring
+// item writes the ring while the events run. Every item asks, so no 64-bit division: the prefix's
+// place in its block by the divisor's multiply (positions below 2^32).
 __device__ __forceinline__ int head_event_count(const KernelParams& p, const StepRequest& r) {
-  // Every item asks, so no 64-bit division: the prefix's place in its block by the divisor's multiply
-  // (positions below 2^32). Event 0's window starts below the prefix iff it overlaps the previous
-  // block (any prefix > 0) or the prefix is inside a block; event 1's (overlap) iff the latter.
   const std::uint32_t low = static_cast<std::uint32_t>(r.prefix);
   const bool inside_block = r.prefix == static_cast<std::int64_t>(low)
                                 ? fast_divide(low, p.ratio_divisor) * static_cast<std::uint32_t>(p.ratio) != low
                                 : r.prefix % p.ratio != 0;
-  const int reading = p.overlap ? (r.prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
-  return r.num_events < reading ? r.num_events : reading;
+  return two_pass_head_events(p.overlap, r.prefix, inside_block, r.num_events);
 }
 
 // Whether the request's ring item writes its ring: whenever no ring row written this step can be

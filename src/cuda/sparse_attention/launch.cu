@@ -70,7 +70,6 @@ void note_cluster_merge_launch(bool merged_in_cluster) {
   cluster_merge_switch.last.store(merged_in_cluster, std::memory_order_relaxed);
 }
 
-
 bool asymmetric_consumers() { return asymmetric_switch.get() != 0; }
 bool set_asymmetric_consumers(bool on) { return asymmetric_switch.set(on ? 1 : 0) != 0; }
 bool last_launch_asymmetric() { return asymmetric_switch.last.load(std::memory_order_relaxed); }
