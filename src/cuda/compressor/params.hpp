@@ -59,8 +59,11 @@ static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
 // One rule for the host planner and the kernel (launch.cu, two_pass.cuh), which differ only in how
 // they find `inside_block` (prefix mod m ≠ 0).
 constexpr int two_pass_head_events(bool overlap, std::int64_t prefix, bool inside_block, int num_events) {
-  const int reading = overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
-  return num_events < reading ? num_events : reading;
+  // A request with no more events than coff keeps them all in its head (one item per request: a
+  // decode step of up to 8 tokens keeps the decode path — metadata in the parameters, staged ring
+  // writes — as before the thirteenth session).
+  if (num_events <= (overlap ? 2 : 1)) return num_events;
+  return overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
 }
 
 // A head event computed by split units: its request and entry page (copies, so a split unit's first
