@@ -513,27 +513,37 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 
 // Vectors a thread loads into registers before its first store in write_ring_direct.
 inline constexpr int kRingVectorsInRegisters = 8;
+// The same for a share of a chunk's ring write (ring_write_slots), a second copy of the unrolled
+// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing.
+inline constexpr int kRingShareVectorsInRegisters = 4;
 
 // The positions a request's ring holds after the step, which its ring write stores from the new rows:
 // the last R seen, but none before the step's first new position.
+// A share of it (ring_write_slots) visits ring slots from row `rotate` on, cyclically, skipping those
+// past the last row.
 struct RingWriteSpan {
   std::int64_t first;  // first position written
-  int vectors;         // float4 vectors written: positions · (kv row + score row); ≤ R · 2·coff·c / 4
+  int vectors;         // float4 vectors visited: visited rows · (kv row + score row); ≤ R · 2·coff·c / 4
+  int rows;            // rows written by the whole write (n ≤ R)
+  int rotate;          // row visited first (0 for the whole write)
 };
 __device__ __forceinline__ RingWriteSpan ring_write_span(const RingRows& rows, const StepRequest& r) {
   const std::int64_t end = r.prefix + r.new_tokens;
   const std::int64_t first = end - rows.ring_rows > r.prefix ? end - rows.ring_rows : r.prefix;
-  return {first, static_cast<int>(end - first) * 2 * (rows.row_width / 4)};
+  const int n = static_cast<int>(end - first);
+  return {first, n * 2 * (rows.row_width / 4), n, 0};
 }
 
 // The ring write in rounds of kRingVectorsInRegisters vectors a thread, each round's loads held in
-// registers (a head writing its own ring, prefill, and every write of at most one round).
-template <class Config>
+// registers (a head writing its own ring, prefill, and every write of at most one round). kShare: a
+// share of the write (ring_write_slots), a separate instance so that the whole write, which fresh
+// prefills run, keeps its code.
+template <class Config, bool kShare = false>
 __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                   const RingWriteSpan& span, int thread) {
   // Every load of a round is issued before its first store: the compiler cannot move a load above a
   // store that may alias it, so interleaved they would run one round trip at a time.
-  constexpr int kVectorsInFlight = kRingVectorsInRegisters;
+  constexpr int kVectorsInFlight = kShare ? kRingShareVectorsInRegisters : kRingVectorsInRegisters;
   const std::int64_t first = span.first;
   const int row_vectors = rows.row_width / 4;  // float4 per kv (or score) row
   const int vectors = span.vectors;
@@ -545,9 +555,12 @@ __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const R
 #pragma unroll
     for (int u = 0; u < kVectorsInFlight; ++u) {
       const int i = base + u * Config::kUnitThreads + thread;
-      const bool valid = i < vectors;
-      const int row_offset = (valid ? i : 0) / (2 * row_vectors);
-      const int vector = (valid ? i : 0) - row_offset * 2 * row_vectors;
+      const int visited_row = (i < vectors ? i : 0) / (2 * row_vectors);
+      const int vector = (i < vectors ? i : 0) - visited_row * 2 * row_vectors;
+      const int row_offset =
+          kShare ? visited_row + span.rotate - (visited_row + span.rotate >= rows.ring_rows ? rows.ring_rows : 0)
+                 : visited_row;
+      const bool valid = i < vectors && (!kShare || row_offset < span.rows);
       const bool is_score = vector >= row_vectors;
       const int channel = 4 * (is_score ? vector - row_vectors : vector);
       const std::int64_t row = rows.row_begin + (first - r.prefix) + row_offset;
@@ -679,11 +692,31 @@ __device__ __forceinline__ int head_event_count(const KernelParams& p, const Ste
 // Whether the request's ring item writes its ring: whenever no ring row written this step can be
 // one the head's events read (no event, or end − first read position ≤ R: every decode step), so
 // the writes run in parallel with the head instead of in its critical path. Otherwise the head
-// writes them after all of its reads. (launch.cu applies the same rule when it plans split events.)
+// writes the rows landing on the slots its events read, after its reads, and the ring item the
+// others, in parallel with them (ring_write_run). (launch.cu applies the same rule when it plans
+// split events.)
 template <class Config>
 __device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const RingRows& rows, const StepRequest& r,
                                                  int head_events) {
   return head_events == 0 || r.prefix + r.new_tokens - event_window<Config>(p, rows, r, 0).p0 <= rows.ring_rows;
+}
+
+// The share of the step's ring write that lands on the slots the head's events read (`read`), or the
+// others. The head reads the k = prefix − p0 slots of positions [p0, prefix) (event 0's window; later
+// head events read fewer); row j written (position first + j) lands on a read slot iff
+// (first + j − p0) mod R < k, that is j = (s + t) mod R for t in [0, k), s = (p0 − first) mod R. The
+// two shares partition the write: no slot is written by both, and the ring item's never meets a read
+// (SPEC §6).
+template <class Config>
+__device__ __forceinline__ RingWriteSpan ring_write_slots(const KernelParams& p, const RingRows& rows,
+                                                          const StepRequest& r, bool read) {
+  const RingWriteSpan all = ring_write_span(rows, r);
+  const std::int64_t p0 = event_window<Config>(p, rows, r, 0).p0;
+  const int ring = rows.ring_rows, k = static_cast<int>(r.prefix - p0);
+  const int behind = static_cast<int>((all.first - p0) % ring);  // (first − p0) mod R
+  const int s = behind == 0 ? 0 : ring - behind;
+  const int rotate = read ? s : (s + k) % ring;
+  return {all.first, (read ? k : ring - k) * 2 * (rows.row_width / 4), all.rows, rotate};
 }
 
 // Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
@@ -726,8 +759,11 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   if (item >= p.num_items) {  // a ring item
     const StepRequest r = step_request(p, item - p.num_items);
     const RingRows rows(p, r);
-    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r)))
+    if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) {
       write_ring<Config>(p, rows, r, thread, Staging<Config>(dynamic_shared));
+    } else {  // the rows on the slots the head does not read, while it reads
+      write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, false), thread);
+    }
     return;
   }
   // The split instantiation runs only steps whose events are all split head events and whose ring
@@ -746,12 +782,12 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
                            s_sum);
     return;
   }
-  // The head: the events whose windows may reach into the ring, then the ring writes unless the
-  // ring item runs them.
+  // The head: the events whose windows reach into the ring, then the ring rows on the slots they
+  // read unless the ring item writes them all.
   for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
   if (!ring_item_writes<Config>(p, rows, r, head_events)) {
     unit_sync<Config>();  // every read of the unit precedes the writes
-    write_ring_direct<Config>(p, rows, r, ring_write_span(rows, r), thread);  // (write_ring's staged path only from ring items: inlined once)
+    write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);  // (write_ring's staged path only from ring items)
   }
 }
 
