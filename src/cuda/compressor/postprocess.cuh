@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/bf16_round.cuh"
 #include "cuda/compressor/device_common.cuh"
 #include "cuda/compressor/e4m3_bits.hpp"
 #include "cuda/compressor/rope.cuh"
@@ -128,13 +129,11 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
   }
 
   // 1. bf16, RMSNorm with double statistics, bf16.
-  float x[4];
+  float x[4] = {compressed[0], compressed[1], compressed[2], compressed[3]};
+  round4_to_bf16(x);
   double sum_squares = 0.0;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    x[k] = round_to_bf16(compressed[k]);
-    sum_squares += static_cast<double>(x[k]) * x[k];
-  }
+  for (int k = 0; k < 4; ++k) sum_squares += static_cast<double>(x[k]) * x[k];
   sum_squares = lanes_sum<32>(sum_squares);
   if constexpr (Config::kWarpsPerGroup > 1) {
     if (active && lane % 32 == 0) s_sum[lane / 32] = sum_squares;
@@ -147,9 +146,8 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
   const double inv_rms = 1.0 / sqrt(sum_squares / kWidth + p.eps);
   float y[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    y[k] = round_to_bf16(static_cast<float>(static_cast<double>(norm[k]) * (static_cast<double>(x[k]) * inv_rms)));
-  }
+  for (int k = 0; k < 4; ++k) y[k] = static_cast<float>(static_cast<double>(norm[k]) * (static_cast<double>(x[k]) * inv_rms));
+  round4_to_bf16(y);
 
   // 2. RoPE on the last r dims at the entry's position (its block's first token), bf16. The r/4 RoPE
   // lanes are the last lanes of the group's last warp (r ≤ 128); each rotates pairs 2k and 2k + 1
@@ -162,8 +160,9 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
   const auto rotate = [&](int q, float cos_theta, float sin_theta) {
     const double c = cos_theta, s = sin_theta;
     const double a = y[2 * q], b = y[2 * q + 1];
-    y[2 * q] = round_to_bf16(static_cast<float>(a * c - b * s));
-    y[2 * q + 1] = round_to_bf16(static_cast<float>(a * s + b * c));
+    y[2 * q] = static_cast<float>(a * c - b * s);
+    y[2 * q + 1] = static_cast<float>(a * s + b * c);
+    round_pair_to_bf16(y[2 * q], y[2 * q + 1]);
   };
   if (p.rope_dim <= 64) {
     if (lane >= kLastWarpLane) {  // the group's last warp, whole
@@ -211,7 +210,8 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     }
     const double scale = 1.0 / sqrt(static_cast<double>(kWidth));
 #pragma unroll
-    for (int k = 0; k < 4; ++k) y[k] = round_to_bf16(static_cast<float>(v[k] * scale));
+    for (int k = 0; k < 4; ++k) y[k] = static_cast<float>(v[k] * scale);
+    round4_to_bf16(y);
     store_indexer_entry<Config::kBitsEncoder>(y, lane, active, p.output, t, p.entries_per_page);
   }
 }
