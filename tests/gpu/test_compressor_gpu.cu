@@ -849,8 +849,7 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   expect_rows_close(lean_whole.compressed, cpu.compressed, s.width, "5 blocks lean vs CPU");
 
   // Scores 40 times wider on odd tokens: batches whose weights or rescales fall to subnormals or
-  // zero, where the lean kernel's guard keeps __expf's fix-up (two_pass.cuh, exp_result_is_normal)
-  // — the same bytes again.
+  // zero, which every schedule flushes alike (two_pass.cuh, exp_flushed) — the same bytes again.
   Stream wide = stream;
   for (std::int64_t t = 1; t < wide.tokens; t += 2) {
     for (int i = 0; i < wide.row_width; ++i) wide.score[static_cast<std::size_t>(t * wide.row_width + i)] *= 40.0f;

@@ -82,9 +82,6 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   // Events take their divisions and window addresses once per event (two_pass.cuh, WindowOffsets):
   // only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
   static constexpr bool kHoistedWindow = false;
-  // Batches whose exponentials all have normal (or zero) results use ex2 without the subnormal
-  // fix-up (two_pass.cuh, exp_normal_result: the same bits): only the lean instantiation.
-  static constexpr bool kGuardedExp = false;
   // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.
   static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
   static_assert(!kSplit || kLongWindow, "only long windows are split");
@@ -104,17 +101,13 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
 // event's integer work (the divisions by m, R and the entries per page: FastDivisor,
 // cuda/common/fast_divisor.hpp; the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
 // e4m3 codes come from integer operations on the float's bits (e4m3_bits.hpp, equal to e4m3_from
-// for every float), and (c = 512) a batch whose exponentials all have normal results skips their
-// subnormal fix-up (two_pass.cuh, exp_normal_result: the same bits). The floating-point operations
-// of the fold and the post-processing are unchanged.
+// for every float). The floating-point operations of the fold and the post-processing are unchanged.
 template <int kWidth, bool kLean = false>
 struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr int kMinBlocksPerSM = 5;
   static constexpr bool kCarveoutForMinBlocks = true;
   static constexpr bool kHoistedWindow = kLean;
   static constexpr bool kBitsEncoder = kLean;
-  // (c = 128: the guarded fold would spill 4 bytes at 96 registers, so only c = 512.)
-  static constexpr bool kGuardedExp = kLean && kWidth == 512;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two

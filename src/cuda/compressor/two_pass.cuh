@@ -129,14 +129,16 @@ __device__ __forceinline__ const float* in_register(const float* pointer) {
   return pointer;
 }
 
-// __expf(x) is ex2.approx.f32(x·log2 e) (FMUL, MUFU.EX2), and without flush-to-zero the compiler
-// wraps MUFU.EX2 in a fix-up for subnormal results (t = x·log2 e < −126: halve t, square the result):
-// three more instructions per exponential. Where t ≥ −126 (or t = −inf: 0 both ways) the fix-up
-// does nothing, and ex2.approx.ftz of the same t is the same MUFU.EX2: exp_normal_result(x) ==
-// __expf(x), bit for bit, whenever exp_result_is_normal(x) (the guarded fold, config.hpp).
+// The fold's exponential: __expf(x) (ex2.approx.f32 of x·log2 e) with subnormal results flushed to
+// zero. Without flush-to-zero the compiler wraps each MUFU.EX2 in a fix-up for them (t < −126: halve
+// t, square the result), three more instructions per exponential (120 of a C4-128 event's 1654,
+// Nsight Compute). Every argument is a score minus a maximum of the set folded, so the set's
+// largest weight is 1: a weight below 2^-126 changes the sum by nothing and the weighted sum by
+// less than 2^-126 of a value, far inside the float32 agreement SPEC §4 asks. Where
+// t ≥ −126 (or −inf) the bits are __expf's. Every two-pass schedule folds with it, so they still
+// give the same bytes.
 inline constexpr float kLog2E = 1.4426950216293334961f;  // the constant of __expf's FMUL (0x3fb8aa3b)
-__device__ __forceinline__ bool exp_result_is_normal(float x) { return __fmul_rn(x, kLog2E) >= -126.0f; }
-__device__ __forceinline__ float exp_normal_result(float x) {
+__device__ __forceinline__ float exp_flushed(float x) {
   float result;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(__fmul_rn(x, kLog2E)));
   return result;
@@ -256,8 +258,8 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
         for (int k = 0; k < 4; ++k) scores[u][k] = -INFINITY;
       }
     }
-    // The batch's new maxima, rescale and weights, with `exp` = __expf or exp_normal_result.
-    const auto fold_batch = [&](auto exp) {
+    // The batch's new maxima, rescale and weights.
+    {
       float new_max[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -265,7 +267,8 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
 #pragma unroll
         for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
         new_max[k] = fmaxf(acc.max[k], batch_max);
-        const float rescale = exp(__fsub_rn(acc.max[k], new_max[k]));  // 0 while nothing was seen (max = −inf)
+        // (0 while nothing was seen: max = −inf)
+        const float rescale = exp_flushed(__fsub_rn(acc.max[k], new_max[k]));
         acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
         acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
         acc.max[k] = new_max[k];
@@ -276,38 +279,11 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
         to_array(*staging.slot(stage, u, 0), values);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const float w = exp(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
+          const float w = exp_flushed(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
           acc.sum[k] = __fadd_rn(acc.sum[k], w);
           acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
         }
       }
-    };
-    const auto plain_expf = [](float x) { return __expf(x); };
-    if constexpr (Config::kGuardedExp) {
-      // No exponential of this batch has a subnormal result (exp_result_is_normal): the smallest
-      // weight argument is the smallest score's (rounding is monotonic), and a rescale from
-      // max = −inf is 0 either way.
-      bool normal = true;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        float batch_max = scores[0][k], batch_min = scores[0][k];
-#pragma unroll
-        for (int u = 1; u < kBatch; ++u) {
-          batch_max = fmaxf(batch_max, scores[u][k]);
-          batch_min = fminf(batch_min, scores[u][k]);
-        }
-        const float new_max = fmaxf(acc.max[k], batch_max);
-        // (& and |, not && and ||: predicates, no branches.)
-        normal = normal & exp_result_is_normal(__fsub_rn(batch_min, new_max)) &
-                 ((acc.max[k] == -INFINITY) | exp_result_is_normal(__fsub_rn(acc.max[k], new_max)));
-      }
-      if (normal) {
-        fold_batch(exp_normal_result);
-      } else {
-        fold_batch(plain_expf);
-      }
-    } else {
-      fold_batch(plain_expf);
     }
     if constexpr (Config::kStages == 1) {
       if (b + 1 < batches) copy_batch(b + 1);  // the only stage is free again
@@ -514,8 +490,10 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 // Vectors a thread loads into registers before its first store in write_ring_direct.
 inline constexpr int kRingVectorsInRegisters = 8;
 // The same for a share of a chunk's ring write (ring_write_slots), a second copy of the unrolled
-// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing.
-inline constexpr int kRingShareVectorsInRegisters = 4;
+// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); 4 cost
+// nothing but spills 8 bytes in the lean C4-512 kernel since the fold's exponentials flush
+// (exp_flushed); at 2 the chunk cases lose 1–6% against 4.
+inline constexpr int kRingShareVectorsInRegisters = 2;
 
 // The positions a request's ring holds after the step, which its ring write stores from the new rows:
 // the last R seen, but none before the step's first new position.
@@ -693,7 +671,7 @@ __device__ __forceinline__ int head_event_count(const KernelParams& p, const Ste
 // one the head's events read (no event, or end − first read position ≤ R: every decode step), so
 // the writes run in parallel with the head instead of in its critical path. Otherwise the head
 // writes the rows landing on the slots its events read, after its reads, and the ring item the
-// others, in parallel with them (ring_write_run). (launch.cu applies the same rule when it plans
+// others, in parallel with them (ring_write_slots). (launch.cu applies the same rule when it plans
 // split events.)
 template <class Config>
 __device__ __forceinline__ bool ring_item_writes(const KernelParams& p, const RingRows& rows, const StepRequest& r,
