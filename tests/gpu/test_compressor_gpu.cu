@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "cpu/compressor_testing.hpp"
+#include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/launch.hpp"
 #include "dsv4/projection.hpp"
 #include "dsv4/rope.hpp"
@@ -1070,6 +1072,68 @@ TEST(CompressorGpuProjection, MatchesAHostProduct) {
   EXPECT_LE(worst / scale, 1e-5);
   expect_error_naming("weight", [&] { project_rows(x_dev.view(), rows.view(), rows.view()); });
   expect_error_naming("rows", [&] { project_rows(x_dev.view(), w_dev.view(), x_dev.view()); });
+}
+
+// ---- the fast float operations of the kernels (cuda/common/fast_float.cuh), on every float --------
+
+// Counts the float32 bit patterns x where round_pair_to_bf16 differs, bit for bit, from the
+// reference's round_to_bf16 — x paired with its neighbouring pattern and with its complement, in
+// both places of the pair, so every class (NaN, infinity, subnormal, tie) meets other classes.
+// counts[0]: the differences.
+__global__ void count_bf16_pair_differences(unsigned long long* counts) {
+  unsigned long long local = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(i);
+    for (const std::uint32_t partner : {bits ^ 1u, ~bits}) {
+      float a = __uint_as_float(bits), b = __uint_as_float(partner);
+      cuda::round_pair_to_bf16(a, b);
+      local += (__float_as_uint(a) != __float_as_uint(round_to_bf16(__uint_as_float(bits)))) +
+               (__float_as_uint(b) != __float_as_uint(round_to_bf16(__uint_as_float(partner))));
+    }
+  }
+  if (local != 0) atomicAdd(&counts[0], local);
+}
+
+// Counts the floats x where exp_flushed(x) is not __expf(x) — bit for bit, or +0 where __expf(x) is
+// subnormal. counts[0]: the differences; counts[1]: the subnormal results (NaN results compare as NaN).
+__global__ void count_exp_flushed_differences(unsigned long long* counts) {
+  unsigned long long local = 0, local_flushed = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float(static_cast<std::uint32_t>(i));
+    const float want = __expf(x), got = cuda::exp_flushed(x);
+    if (want != 0.0f && fabsf(want) < 1.17549435e-38f) {  // subnormal
+      ++local_flushed;
+      local += __float_as_uint(got) != 0u;
+    } else {
+      local += !(__float_as_uint(got) == __float_as_uint(want) || (got != got && want != want));
+    }
+  }
+  if (local != 0) atomicAdd(&counts[0], local);
+  if (local_flushed != 0) atomicAdd(&counts[1], local_flushed);
+}
+
+// Runs a counting kernel over every float (a grid-stride loop) and returns its two counters.
+std::array<unsigned long long, 2> counts_over_every_float(void (*count)(unsigned long long*)) {
+  unsigned long long* counts = nullptr;
+  EXPECT_EQ(cudaMalloc(&counts, 2 * sizeof(unsigned long long)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(counts, 0, 2 * sizeof(unsigned long long)), cudaSuccess);
+  count<<<4096, 256>>>(counts);
+  std::array<unsigned long long, 2> host = {~0ull, ~0ull};  // poisoned: a failed copy cannot pass
+  EXPECT_EQ(cudaMemcpy(host.data(), counts, sizeof(host), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(counts);
+  return host;
+}
+
+TEST(CompressorGpuFastFloat, PairRoundingIsTheReferenceOnEveryFloat) {
+  EXPECT_EQ(counts_over_every_float(count_bf16_pair_differences)[0], 0u);
+}
+
+TEST(CompressorGpuFastFloat, FlushedExponentialIsExpfButForSubnormals) {
+  const std::array<unsigned long long, 2> counts = counts_over_every_float(count_exp_flushed_differences);
+  EXPECT_EQ(counts[0], 0u);
+  EXPECT_GT(counts[1], 100000u);  // __expf's subnormal range (arguments ≈ −103 .. −87) was reached
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CompressorGpu, ::testing::ValuesIn(kCases), spec_case_name);

@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/bf16_round.cuh"
+#include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/device_common.cuh"
 #include "cuda/compressor/e4m3_bits.hpp"
 #include "cuda/compressor/rope.cuh"

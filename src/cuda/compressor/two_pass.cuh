@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/device_common.cuh"
 #include "cuda/compressor/postprocess.cuh"
@@ -129,20 +130,11 @@ __device__ __forceinline__ const float* in_register(const float* pointer) {
   return pointer;
 }
 
-// The fold's exponential: __expf(x) (ex2.approx.f32 of x·log2 e) with subnormal results flushed to
-// zero. Without flush-to-zero the compiler wraps each MUFU.EX2 in a fix-up for them (t < −126: halve
-// t, square the result), three more instructions per exponential (120 of a C4-128 event's 1654,
-// Nsight Compute). Every argument is a score minus a maximum of the set folded, so the set's
-// largest weight is 1: a weight below 2^-126 changes the sum by nothing and the weighted sum by
-// less than 2^-126 of a value, far inside the float32 agreement SPEC §4 asks. Where
-// t ≥ −126 (or −inf) the bits are __expf's. Every two-pass schedule folds with it, so they still
-// give the same bytes.
-inline constexpr float kLog2E = 1.4426950216293334961f;  // the constant of __expf's FMUL (0x3fb8aa3b)
-__device__ __forceinline__ float exp_flushed(float x) {
-  float result;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(__fmul_rn(x, kLog2E)));
-  return result;
-}
+// The fold's exponential is exp_flushed (cuda/common/fast_float.cuh: __expf with subnormal results
+// flushed). Every argument is a score minus a maximum of the set folded, so the set's largest weight
+// is 1: a weight below 2^-126 changes the sum by nothing and the weighted sum by less than 2^-126 of
+// a value, far inside the float32 agreement SPEC §4 asks. Every two-pass schedule folds with it, so
+// they still give the same bytes.
 
 // Running softmax statistics of 4 channels over the candidates seen so far (max = −inf: none yet).
 struct SoftmaxPartial {

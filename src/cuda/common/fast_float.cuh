@@ -1,5 +1,7 @@
-// src/cuda/common/bf16_round.cuh — round_to_bf16 (dsv4/formats.hpp) of two floats by one conversion
-// instruction. cvt.rn.bf16x2.f32 rounds to nearest even, subnormals and overflow included, as the
+// src/cuda/common/fast_float.cuh — float operations in fewer instructions, each with the bits it keeps
+// (tests/gpu/test_compressor_gpu.cu checks both against their references on every float).
+//
+// round_pair_to_bf16: round_to_bf16 (dsv4/formats.hpp) of two floats by one conversion instruction. cvt.rn.bf16x2.f32 rounds to nearest even, subnormals and overflow included, as the
 // reference's integer rounding does; only a NaN differs (the hardware gives the canonical NaN, the
 // reference keeps its sign and upper payload, quieted), so a NaN takes the reference's bits. The
 // integer rounding took ≈ 8 instructions a value (Nsight Compute, C4-128 prefill: 131 of an event's
@@ -27,6 +29,17 @@ __device__ __forceinline__ void round_pair_to_bf16(float& a, float& b) {
 __device__ __forceinline__ void round4_to_bf16(float (&v)[4]) {
   round_pair_to_bf16(v[0], v[1]);
   round_pair_to_bf16(v[2], v[3]);
+}
+
+// exp_flushed: __expf(x) (ex2.approx.f32 of x·log2 e) with subnormal results flushed to zero.
+// Without flush-to-zero the compiler wraps each MUFU.EX2 in a fix-up for them (t < −126: halve t,
+// square the result), three more instructions per exponential (120 of a C4-128 compress event's
+// 1654, Nsight Compute). Wherever __expf's result is not subnormal the bits are its bits.
+inline constexpr float kLog2E = 1.4426950216293334961f;  // the constant of __expf's FMUL (0x3fb8aa3b)
+__device__ __forceinline__ float exp_flushed(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(__fmul_rn(x, kLog2E)));
+  return result;
 }
 
 }  // namespace dsv4::cuda
