@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1076,22 +1077,28 @@ TEST(CompressorGpuProjection, MatchesAHostProduct) {
 
 // ---- the fast float operations of the kernels (cuda/common/fast_float.cuh), on every float --------
 
+// Calls f(bits) for this thread's share of the 2^32 float32 bit patterns (a grid-stride loop).
+template <class F>
+__device__ void for_every_float(F f) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride)
+    f(static_cast<std::uint32_t>(i));
+}
+
 // Counts the float32 bit patterns x where round_pair_to_bf16 differs, bit for bit, from the
 // reference's round_to_bf16 — x paired with its neighbouring pattern and with its complement, in
 // both places of the pair, so every class (NaN, infinity, subnormal, tie) meets other classes.
 // counts[0]: the differences.
 __global__ void count_bf16_pair_differences(unsigned long long* counts) {
   unsigned long long local = 0;
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(i);
+  for_every_float([&](std::uint32_t bits) {
     for (const std::uint32_t partner : {bits ^ 1u, ~bits}) {
       float a = __uint_as_float(bits), b = __uint_as_float(partner);
       cuda::round_pair_to_bf16(a, b);
       local += (__float_as_uint(a) != __float_as_uint(round_to_bf16(__uint_as_float(bits)))) +
                (__float_as_uint(b) != __float_as_uint(round_to_bf16(__uint_as_float(partner))));
     }
-  }
+  });
   if (local != 0) atomicAdd(&counts[0], local);
 }
 
@@ -1099,17 +1106,16 @@ __global__ void count_bf16_pair_differences(unsigned long long* counts) {
 // subnormal. counts[0]: the differences; counts[1]: the subnormal results (NaN results compare as NaN).
 __global__ void count_exp_flushed_differences(unsigned long long* counts) {
   unsigned long long local = 0, local_flushed = 0;
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
-    const float x = __uint_as_float(static_cast<std::uint32_t>(i));
+  for_every_float([&](std::uint32_t bits) {
+    const float x = __uint_as_float(bits);
     const float want = __expf(x), got = cuda::exp_flushed(x);
-    if (want != 0.0f && fabsf(want) < 1.17549435e-38f) {  // subnormal
+    if (want != 0.0f && fabsf(want) < FLT_MIN) {  // subnormal
       ++local_flushed;
       local += __float_as_uint(got) != 0u;
     } else {
       local += !(__float_as_uint(got) == __float_as_uint(want) || (got != got && want != want));
     }
-  }
+  });
   if (local != 0) atomicAdd(&counts[0], local);
   if (local_flushed != 0) atomicAdd(&counts[1], local_flushed);
 }

@@ -1,11 +1,11 @@
 // src/cuda/common/fast_float.cuh — float operations in fewer instructions, each with the bits it keeps
 // (tests/gpu/test_compressor_gpu.cu checks both against their references on every float).
 //
-// round_pair_to_bf16: round_to_bf16 (dsv4/formats.hpp) of two floats by one conversion instruction. cvt.rn.bf16x2.f32 rounds to nearest even, subnormals and overflow included, as the
-// reference's integer rounding does; only a NaN differs (the hardware gives the canonical NaN, the
-// reference keeps its sign and upper payload, quieted), so a NaN takes the reference's bits. The
-// integer rounding took ≈ 8 instructions a value (Nsight Compute, C4-128 prefill: 131 of an event's
-// 1654).
+// round_pair_to_bf16: round_to_bf16 (dsv4/formats.hpp) of two floats by one conversion instruction.
+// cvt.rn.bf16x2.f32 rounds to nearest even, subnormals and overflow included, as the reference's
+// integer rounding does; only a NaN differs (the hardware gives the canonical NaN, the reference
+// keeps its sign and upper payload, quieted), so a NaN takes the reference's bits. The integer
+// rounding took ≈ 8 instructions a value (Nsight Compute, C4-128 prefill: 131 of an event's 1654).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -251,30 +251,28 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
       }
     }
     // The batch's new maxima, rescale and weights.
-    {
-      float new_max[4];
+    float new_max[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float batch_max = scores[0][k];
+#pragma unroll
+      for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
+      new_max[k] = fmaxf(acc.max[k], batch_max);
+      // (0 while nothing was seen: max = −inf)
+      const float rescale = exp_flushed(__fsub_rn(acc.max[k], new_max[k]));
+      acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
+      acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
+      acc.max[k] = new_max[k];
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      float values[4];
+      to_array(*staging.slot(stage, u, 0), values);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        float batch_max = scores[0][k];
-#pragma unroll
-        for (int u = 1; u < kBatch; ++u) batch_max = fmaxf(batch_max, scores[u][k]);
-        new_max[k] = fmaxf(acc.max[k], batch_max);
-        // (0 while nothing was seen: max = −inf)
-        const float rescale = exp_flushed(__fsub_rn(acc.max[k], new_max[k]));
-        acc.sum[k] = __fmul_rn(acc.sum[k], rescale);
-        acc.weighted[k] = __fmul_rn(acc.weighted[k], rescale);
-        acc.max[k] = new_max[k];
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        float values[4];
-        to_array(*staging.slot(stage, u, 0), values);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float w = exp_flushed(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
-          acc.sum[k] = __fadd_rn(acc.sum[k], w);
-          acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
-        }
+        const float w = exp_flushed(__fsub_rn(scores[u][k], new_max[k]));  // 0 for a masked slot
+        acc.sum[k] = __fadd_rn(acc.sum[k], w);
+        acc.weighted[k] = __fmaf_rn(w, values[k], acc.weighted[k]);
       }
     }
     if constexpr (Config::kStages == 1) {
