@@ -116,11 +116,13 @@ __device__ __forceinline__ int request_of_item(const KernelParams& p, std::int64
 struct ItemPlace {
   StepRequest request;
   std::int64_t index = 0;
+  int request_index = 0;
 };
 __device__ __forceinline__ ItemPlace locate_item(const KernelParams& p, std::int64_t item) {
   const int r = request_of_item(p, item);
   ItemPlace place;
   place.request = step_request(p, r);
+  place.request_index = r;
   place.index = p.one_item_per_request ? 0 : item - p.item_begin[r];
   return place;
 }

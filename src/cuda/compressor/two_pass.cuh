@@ -480,10 +480,9 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 // Vectors a thread loads into registers before its first store in write_ring_direct.
 inline constexpr int kRingVectorsInRegisters = 8;
 // The same for a share of a chunk's ring write (ring_write_slots), a second copy of the unrolled
-// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); 4 cost
-// nothing but spills 8 bytes in the lean C4-512 kernel since the fold's exponentials flush
-// (exp_flushed); at 2 the chunk cases lose 1–6% against 4.
-inline constexpr int kRingShareVectorsInRegisters = 2;
+// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing
+// (with the lean kernels' heads re-reading their request: below); at 2 the chunk cases lost 1–6%.
+inline constexpr int kRingShareVectorsInRegisters = 4;
 
 // The positions a request's ring holds after the step, which its ring write stores from the new rows:
 // the last R seen, but none before the step's first new position.
@@ -687,6 +686,15 @@ __device__ __forceinline__ RingWriteSpan ring_write_slots(const KernelParams& p,
   return {all.first, (read ? k : ring - k) * 2 * (rows.row_width / 4), all.rows, rotate};
 }
 
+// The head's share of the ring write after its events, unless its ring item writes it all.
+template <class Config>
+__device__ __forceinline__ void write_head_share(const KernelParams& p, const RingRows& rows, const StepRequest& r,
+                                                 int head_events, int thread) {
+  if (ring_item_writes<Config>(p, rows, r, head_events)) return;
+  unit_sync<Config>();  // every read of the unit precedes the writes
+  write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);  // (write_ring's staged path only from ring items)
+}
+
 // Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
 // instantiations) the units run the items: [0, num_items) are heads and bodies (params.hpp),
 // [num_items, num_items + ring_items) the ring items of the requests in order — unit u runs item u in
@@ -753,9 +761,13 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   // The head: the events whose windows reach into the ring, then the ring rows on the slots they
   // read unless the ring item writes them all.
   for (int e = 0; e < head_events; ++e) two_pass_event<Config>(p, rows, r, e, group, lane, norm, staging, s_sum);
-  if (!ring_item_writes<Config>(p, rows, r, head_events)) {
-    unit_sync<Config>();  // every read of the unit precedes the writes
-    write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);  // (write_ring's staged path only from ring items)
+  if constexpr (Config::kHoistedWindow) {
+    // The lean kernels read the request again rather than hold it across the events (registers: the
+    // lean C4-512 kernel spilled a field of it; the others spill when they re-read it).
+    const StepRequest request = step_request(p, place.request_index);
+    write_head_share<Config>(p, RingRows(p, request), request, head_events, thread);
+  } else {
+    write_head_share<Config>(p, rows, r, head_events, thread);
   }
 }
 
