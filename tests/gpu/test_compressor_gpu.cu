@@ -1132,6 +1132,30 @@ std::array<unsigned long long, 2> counts_over_every_float(void (*count)(unsigned
   return host;
 }
 
+// Counts the float32 bit patterns x where e4m3_codes differs from the reference's e4m3_from, in each
+// of the four places (the other three: x's neighbouring pattern, its complement, x with the sign
+// flipped). counts[0]: the differing codes.
+__global__ void count_e4m3_code_differences(unsigned long long* counts) {
+  unsigned long long local = 0;
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(i);
+    const std::uint32_t others[3] = {bits ^ 1u, ~bits, bits ^ 0x80000000u};
+    for (int place = 0; place < 4; ++place) {
+      std::uint32_t patterns[4];
+      for (int k = 0, o = 0; k < 4; ++k) patterns[k] = k == place ? bits : others[o++];
+      const std::uint32_t codes = cuda::e4m3_codes(__uint_as_float(patterns[0]), __uint_as_float(patterns[1]),
+                                                   __uint_as_float(patterns[2]), __uint_as_float(patterns[3]));
+      local += ((codes >> (8 * place)) & 0xffu) != e4m3_from(__uint_as_float(bits));
+    }
+  }
+  if (local != 0) atomicAdd(&counts[0], local);
+}
+
+TEST(CompressorGpuFastFloat, E4m3CodesAreTheReferenceOnEveryFloat) {
+  EXPECT_EQ(counts_over_every_float(count_e4m3_code_differences)[0], 0u);
+}
+
 TEST(CompressorGpuFastFloat, PairRoundingIsTheReferenceOnEveryFloat) {
   EXPECT_EQ(counts_over_every_float(count_bf16_pair_differences)[0], 0u);
 }

@@ -27,8 +27,8 @@ struct UnitConfig {
   static constexpr int kBlockThreads = kUnitThreads * kUnitsPerBlock;
   // A unit of one warp synchronizes with __syncwarp; a larger unit is the whole block.
   static constexpr bool kWarpUnit = kUnitThreads == 32;
-  // e4m3 codes from the float's bits (e4m3_bits.hpp) instead of e4m3_from's float chain (the same
-  // codes): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
+  // e4m3 codes by the hardware conversion (cuda/common/fast_float.cuh, e4m3_codes) instead of
+  // e4m3_from's float chain (the same codes): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
   static constexpr bool kBitsEncoder = false;
 
   static_assert(kWidth % 128 == 0, "a group is whole warps: c must be a multiple of 128");
@@ -100,8 +100,8 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
 // kLean (ShortWindowPrefill::FiveBlocksPerSMLean): fewer instructions per event, same bytes — each
 // event's integer work (the divisions by m, R and the entries per page: FastDivisor,
 // cuda/common/fast_divisor.hpp; the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
-// e4m3 codes come from integer operations on the float's bits (e4m3_bits.hpp, equal to e4m3_from
-// for every float). The floating-point operations of the fold and the post-processing are unchanged.
+// e4m3 codes come from the hardware conversion (fast_float.cuh, e4m3_codes, equal to e4m3_from for
+// every float). The floating-point operations of the fold and the post-processing are unchanged.
 template <int kWidth, bool kLean = false>
 struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr int kMinBlocksPerSM = 5;

@@ -18,7 +18,6 @@
 
 #include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/device_common.cuh"
-#include "cuda/compressor/e4m3_bits.hpp"
 #include "cuda/compressor/rope.cuh"
 #include "dsv4/cache_format.hpp"
 #include "dsv4/entry_codec.hpp"
@@ -31,18 +30,19 @@ __device__ __forceinline__ std::uint32_t pack_bytes(std::uint8_t b0, std::uint8_
          (static_cast<std::uint32_t>(b3) << 24);
 }
 
-// e4m3_from(x), from the float's bits when kBits (e4m3_bits.hpp: the same code for every float).
+// e4m3_from of four values, packed (a in the low byte): by the hardware conversion when kBits
+// (cuda/common/fast_float.cuh, e4m3_codes: the same codes for every float).
 template <bool kBits>
-__device__ __forceinline__ std::uint8_t e4m3_code(float x) {
+__device__ __forceinline__ std::uint32_t e4m3_code4(float a, float b, float c, float d) {
   if constexpr (kBits) {
-    return e4m3_from_bits(x);
+    return e4m3_codes(a, b, c, d);
   } else {
-    return e4m3_from(x);
+    return pack_bytes(e4m3_from(a), e4m3_from(b), e4m3_from(c), e4m3_from(d));
   }
 }
 
 // 584-byte attention entry (AttentionEntryFormat): lanes 0..111 hold the 448 nope dims (16 lanes per
-// 64-value scale block), lanes 112..127 the 64 RoPE dims stored as bf16. kBits: e4m3_code.
+// 64-value scale block), lanes 112..127 the 64 RoPE dims stored as bf16. kBits: e4m3_code4.
 template <bool kBits>
 __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int lane, bool active, const EntryTarget& t,
                                                       int entries_per_page) {
@@ -57,8 +57,7 @@ __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int l
   if (lane < kNopeLanes) {
     const std::uint8_t e = ue8m0_scale_byte(amax, kE4m3Max, kUe8m0FloorE4m3);
     const float inv_scale = float_from_ue8m0(static_cast<std::uint8_t>(254 - e));  // 2^(127−e), exact
-    const std::uint32_t codes = pack_bytes(e4m3_code<kBits>(y[0] * inv_scale), e4m3_code<kBits>(y[1] * inv_scale),
-                                           e4m3_code<kBits>(y[2] * inv_scale), e4m3_code<kBits>(y[3] * inv_scale));
+    const std::uint32_t codes = e4m3_code4<kBits>(y[0] * inv_scale, y[1] * inv_scale, y[2] * inv_scale, y[3] * inv_scale);
     *reinterpret_cast<std::uint32_t*>(t.page + F::data_offset(t.index_in_page) + 4 * lane) = codes;
     if (lane % kLanesPerScale == 0) t.page[F::scale_offset(t.index_in_page, entries_per_page) + lane / kLanesPerScale] = e;
   } else {
@@ -71,7 +70,7 @@ __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int l
   }
 }
 
-// Indexer key (IndexerEntryFormat) of width 128: one warp, lane l holds values 4l..4l+3. kBits: e4m3_code.
+// Indexer key (IndexerEntryFormat) of width 128: one warp, lane l holds values 4l..4l+3. kBits: e4m3_code4.
 template <bool kBits>
 __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lane, bool active, OutputKind output,
                                                     const EntryTarget& t, int entries_per_page) {
@@ -83,8 +82,7 @@ __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lan
     amax = lanes_max<32>(amax);
     if (!active) return;
     const float scale = indexer_fp8_scale(amax);
-    const std::uint32_t codes = pack_bytes(e4m3_code<kBits>(y[0] / scale), e4m3_code<kBits>(y[1] / scale),
-                                           e4m3_code<kBits>(y[2] / scale), e4m3_code<kBits>(y[3] / scale));
+    const std::uint32_t codes = e4m3_code4<kBits>(y[0] / scale, y[1] / scale, y[2] / scale, y[3] / scale);
     *reinterpret_cast<std::uint32_t*>(t.page + fmt.data_offset(t.index_in_page) + 4 * lane) = codes;
     if (lane == 0) *reinterpret_cast<float*>(t.page + fmt.scale_offset(t.index_in_page, entries_per_page)) = scale;
     return;
