@@ -76,12 +76,11 @@ struct SplitEvent {
 };
 static_assert(sizeof(SplitEvent) == 64, "uploaded as raw bytes");
 
-// The split path's step rule (launch.cu): a two-pass long-window step whose requests each bring at
-// most kSplitMaxNewTokens tokens (decode, with drafts) and whose windows have at most
-// kMaxSplitSlices · kSliceCandidates candidates spreads every head event over split units when it
-// has 1..kMaxSplitEvents of them (more fill the GPU on their own; the partials scratch,
-// 16 · 3 · c floats per event, stays ≤ 12 MB). Every other step runs the unsplit (prefill) kernel.
-inline constexpr int kSplitMaxNewTokens = 8;
+// The split path's step rule (launch.hpp, launch.cu): a two-pass long-window step whose windows have at
+// most kMaxSplitSlices · kSliceCandidates candidates and whose ring items can all write in parallel
+// with its events spreads every event over split units when it has 1..kMaxSplitEvents of them (more
+// fill the GPU on their own; the partials scratch, 16 · 3 · c floats per event, stays ≤ 12 MB).
+// Every other step runs the unsplit (prefill) kernel.
 inline constexpr int kMaxSplitEvents = 128;
 
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
