@@ -756,11 +756,12 @@ ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& 
   return detail::compress_args(s, plan, side.weights(), rows.kv_view, rows.score_view, side.pool, side.cache);
 }
 
-// Two-pass long windows (C128) have two kernels: decode steps (≤ 8 tokens per request) spread each
-// window over split units, every other step folds it in one unit (launch.hpp). Both must write the
-// same bytes: one stream fed as one chunk (every entry by the prefill kernel) and in chunks whose
-// entries alternate between the kernels give bit-identical rows, entries and caches, and each
-// chunk's plan takes the path claimed. In the sanitizer set: it is the split path's small case.
+// Two-pass long windows (C128) have two kernels: steps of ≤ 128 events whose ring items can all write
+// in parallel (decode steps, a fresh prefill) spread each window over split units, every other step
+// folds it in one unit (launch.hpp). Both must write the same bytes: one stream fed from inside its
+// first block (the prefill kernel), whole (the split kernel) and in chunks whose entries alternate
+// between the kernels give bit-identical rows, entries and caches, and each chunk's plan takes the
+// path claimed. In the sanitizer set: it is the split path's small case.
 TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const CompressorSpec s = spec();
   if (s.online || s.coff() * s.ratio <= 16) GTEST_SKIP() << "one kernel only (not a two-pass long window)";
@@ -768,13 +769,14 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const std::int64_t m = s.ratio;
   const Stream stream = random_stream(rng, s, 3 * m + m / 2 + 1);
   const int page_size = 2 * s.ratio;  // entries cross pages
-  // Entry 0 by a 1-token step, entry 1 by an 8-token step, entry 2 by a chunk from a block boundary:
-  // all three on the split kernel (every event spread over split units).
+  // Entry 0 by a 1-token step and entry 1 by an 8-token step, on the split kernel; entry 2 by a chunk
+  // from a block boundary whose one event stays in its head (≤ coff events) while its ring write is
+  // longer than the ring — the prefill kernel.
   struct Chunk {
     std::int64_t tokens;
     int split_events;  // what its plan must say
   };
-  const std::vector<Chunk> chunks = {{m - 1, 0}, {1, 1}, {m - 8, 0}, {8, 1}, {m + m / 2 + 1, 1}};
+  const std::vector<Chunk> chunks = {{m - 1, 0}, {1, 1}, {m - 8, 0}, {8, 1}, {m + m / 2 + 1, 0}};
   std::vector<std::int64_t> sizes;
   for (const Chunk& c : chunks) sizes.push_back(c.tokens);
   // The prefill kernel: the stream from inside its first block (a head whose window reads the ring,

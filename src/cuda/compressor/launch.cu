@@ -168,7 +168,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     // A split step spreads every event of every request over split units, so its heads have
     // nothing to do, and its ring items must write the whole ring (in parallel with the events: no
     // head event reads a row the step writes). Decode steps (≤ 8 tokens, m > 8) always qualify; so
-    // does a fresh prefill or a chunk starting at a block boundary.
+    // does a fresh prefill, or a chunk from a block boundary with more than coff events.
     const std::int64_t head = head_events(spec, s);
     split_step = split_step && ring_writes_in_parallel(spec, s, head, a.records_per_slot);
     step_events += r.num_events;
