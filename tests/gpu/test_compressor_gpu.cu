@@ -757,11 +757,12 @@ ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& 
   return detail::compress_args(s, plan, side.weights(), rows.kv_view, rows.score_view, side.pool, side.cache);
 }
 
-// Two-pass long windows (C128) have two kernels: decode steps (≤ 8 tokens per request) spread each
-// window over split units, every other step folds it in one unit (launch.hpp). Both must write the
-// same bytes: one stream fed as one chunk (every entry by the prefill kernel) and in chunks whose
-// entries alternate between the kernels give bit-identical rows, entries and caches, and each
-// chunk's plan takes the path claimed. In the sanitizer set: it is the split path's small case.
+// Two-pass long windows (C128) have two kernels: steps of ≤ 128 events whose ring items can all write
+// in parallel (decode steps, a fresh prefill) spread each window over split units, every other step
+// folds it in one unit (launch.hpp). Both must write the same bytes: one stream fed from inside its
+// first block (the prefill kernel), whole (the split kernel) and in chunks whose entries alternate
+// between the kernels give bit-identical rows, entries and caches, and each chunk's plan takes the
+// path claimed. In the sanitizer set: it is the split path's small case.
 TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const CompressorSpec s = spec();
   if (s.online || s.coff() * s.ratio <= 16) GTEST_SKIP() << "one kernel only (not a two-pass long window)";
@@ -769,7 +770,9 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const std::int64_t m = s.ratio;
   const Stream stream = random_stream(rng, s, 3 * m + m / 2 + 1);
   const int page_size = 2 * s.ratio;  // entries cross pages
-  // Entry 0 by a 1-token step, entry 1 by an 8-token step (split kernel), entry 2 by a long chunk.
+  // Entry 0 by a 1-token step and entry 1 by an 8-token step, on the split kernel; entry 2 by a chunk
+  // from a block boundary whose one event stays in its head (≤ coff events) while its ring write is
+  // longer than the ring — the prefill kernel.
   struct Chunk {
     std::int64_t tokens;
     int split_events;  // what its plan must say
@@ -777,37 +780,48 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const std::vector<Chunk> chunks = {{m - 1, 0}, {1, 1}, {m - 8, 0}, {8, 1}, {m + m / 2 + 1, 0}};
   std::vector<std::int64_t> sizes;
   for (const Chunk& c : chunks) sizes.push_back(c.tokens);
-  const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  // The prefill kernel: the stream from inside its first block (a head whose window reads the ring,
+  // bodies, and a ring write longer than the ring, so the ring items cannot all write in parallel).
+  const std::vector<std::int64_t> from_inside = {m / 2, stream.tokens - m / 2};
+  const RunResult whole = run_gpu_chunks(s, stream, from_inside, page_size);
   const RunResult mixed = run_gpu_chunks(s, stream, sizes, page_size);
+  const RunResult split_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   ASSERT_EQ(whole.entries.size(), 3u);
-  expect_same_run(mixed, whole, "prefill and decode kernels mixed");
+  expect_same_run(mixed, whole, "prefill and split kernels mixed");
+  expect_same_run(split_whole, whole, "the whole stream on the split kernel");
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(mixed.compressed, cpu.compressed, s.width, "mixed kernels vs CPU");
 
-  // The paths, planned step by step on a pool fed the same chunks (and the whole stream's plan).
-  Side side(s, Device::CUDA, stream.ape, stream.norm, 2, 8, page_size);
-  const int slot = side.pool.allocate();
-  const std::vector<std::int32_t> table = {1, 2, 3, 4};
+  // The paths, planned step by step on pools fed the same chunks.
+  Side side(s, Device::CUDA, stream.ape, stream.norm, 3, 8, page_size);
   const int w = s.row_width();
-  std::int64_t fed = 0;
-  const auto step = [&](std::int64_t n, bool run) {
-    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
-    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
-    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
+  struct Fed {
+    int slot;
+    std::vector<std::int32_t> table;
+    std::int64_t tokens = 0;
+  };
+  // The split events of the next n tokens of `fed`'s slot; run: the step runs too.
+  const auto step = [&](Fed& fed, std::int64_t n, bool run) {
+    const CompressBatch batch = {CompressRequest{fed.slot, fed.tokens, n, fed.table}};
+    const std::vector<float> kv(stream.kv.begin() + fed.tokens * w, stream.kv.begin() + (fed.tokens + n) * w);
+    const std::vector<float> score(stream.score.begin() + fed.tokens * w, stream.score.begin() + (fed.tokens + n) * w);
     const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
     const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
     const cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(s, plan, rows, side));
     if (run) {
       compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-      fed += n;
+      fed.tokens += n;
     }
     return layout.split_events;
   };
-  EXPECT_EQ(step(stream.tokens, false), 0) << "the whole stream";
+  Fed chunked{side.pool.allocate(), {1, 2, 3}}, inside{side.pool.allocate(), {4, 5, 6}};
+  EXPECT_EQ(step(chunked, stream.tokens, false), 3) << "the whole stream from position 0";
   for (const Chunk& c : chunks) {
-    const std::int64_t at = fed;
-    EXPECT_EQ(step(c.tokens, true), c.split_events) << "chunk of " << c.tokens << " at " << at;
+    const std::int64_t at = chunked.tokens;
+    EXPECT_EQ(step(chunked, c.tokens, true), c.split_events) << "chunk of " << c.tokens << " at " << at;
   }
+  EXPECT_EQ(step(inside, from_inside[0], true), 0) << "no event";
+  EXPECT_EQ(step(inside, from_inside[1], false), 0) << "from inside the first block";
 }
 
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source

@@ -142,6 +142,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   std::vector<compressor::SplitEvent> split;
   std::vector<StepRequest> requests;
   std::vector<std::int64_t> item_begin{0};
+  std::int64_t step_events = 0;
   std::vector<std::int32_t> pages;
   const int per_page = a.entries_per_page;
   for (const PlannedRequest& r : plan.requests) {
@@ -164,12 +165,14 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
         pages.push_back(plan.events[static_cast<std::size_t>(r.first_event + event)].cache_slot / per_page);
       }
     }
-    // A split step's requests have only head events (no bodies) and ring items that write (so
-    // the split kernel's heads have nothing to do); ≤ 8 tokens with m > 8 guarantee both.
+    // A split step spreads every event of every request over split units, so its heads have
+    // nothing to do, and its ring items must write the whole ring (in parallel with the events: no
+    // head event reads a row the step writes). Decode steps (≤ 8 tokens, m > 8) always qualify; so
+    // does a fresh prefill, or a chunk from a block boundary with more than coff events.
     const std::int64_t head = head_events(spec, s);
-    split_step = split_step && r.new_tokens <= compressor::kSplitMaxNewTokens && r.num_events == head &&
-                 ring_writes_in_parallel(spec, s, head, a.records_per_slot);
-    for (std::int64_t e = 0; split_step && e < head; ++e) {
+    split_step = split_step && ring_writes_in_parallel(spec, s, head, a.records_per_slot);
+    step_events += r.num_events;
+    for (std::int64_t e = 0; split_step && step_events <= compressor::kMaxSplitEvents && e < r.num_events; ++e) {
       compressor::SplitEvent event;
       event.request = s;
       event.event = static_cast<std::int32_t>(e);
@@ -179,7 +182,10 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     requests.push_back(s);
     item_begin.push_back(item_begin.back() + 1 + (r.num_events - head));
   }
-  if (!split_step || split.size() > static_cast<std::size_t>(compressor::kMaxSplitEvents)) split.clear();
+  if (!split_step || step_events > compressor::kMaxSplitEvents) split.clear();
+  if (!split.empty()) {  // one item a request, the head, which has nothing to do
+    for (std::size_t i = 0; i < item_begin.size(); ++i) item_begin[i] = static_cast<std::int64_t>(i);
+  }
 
   CompressStepLayout layout;
   layout.num_requests = static_cast<std::int32_t>(requests.size());

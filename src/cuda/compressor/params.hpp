@@ -13,10 +13,11 @@
 //   ring (two-pass): the ring writes of a request whose writes cannot alias its head's reads (no
 //         head event, or every decode step), in parallel with its head; first in the grid where the
 //         step has bodies, last in decode steps.
-//   split unit (two-pass long windows, decode steps only: launch.cu): one block computing a share of
-//         one head event's candidate slices (config.hpp); the head then computes nothing, and the
-//         last split unit of the event to finish merges the partials and stores the entry. Split
-//         units come first in the grid. Their reads are the head's, so the ring item's rule holds.
+//   split unit (two-pass long windows, steps whose ring items all write in parallel: launch.cu): one
+//         block computing a share of one event's candidate slices (config.hpp); the request's head
+//         then computes nothing (a split step has one item a request), and the last split unit of
+//         the event to finish merges the partials and stores the entry. Split units come first in
+//         the grid. Only head events read ring rows, so the ring item's rule holds.
 // Only a request's head reads its state, and a state write runs in parallel with it only where it
 // cannot touch those reads, so no state write can overtake a read of the same step (SPEC §6), with
 // one kernel launch per step.
@@ -66,8 +67,8 @@ constexpr int two_pass_head_events(bool overlap, std::int64_t prefix, bool insid
   return overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
 }
 
-// A head event computed by split units: its request and entry page (copies, so a split unit's first
-// load is its only metadata load) and the event index (< coff). 64 bytes.
+// An event computed by split units: its request and entry page (copies, so a split unit's first load
+// is its only metadata load) and the event index. 64 bytes.
 struct SplitEvent {
   StepRequest request;
   std::int32_t event = 0;
@@ -76,12 +77,11 @@ struct SplitEvent {
 };
 static_assert(sizeof(SplitEvent) == 64, "uploaded as raw bytes");
 
-// The split path's step rule (launch.cu): a two-pass long-window step whose requests each bring at
-// most kSplitMaxNewTokens tokens (decode, with drafts) and whose windows have at most
-// kMaxSplitSlices · kSliceCandidates candidates spreads every head event over split units when it
-// has 1..kMaxSplitEvents of them (more fill the GPU on their own; the partials scratch,
-// 16 · 3 · c floats per event, stays ≤ 12 MB). Every other step runs the unsplit (prefill) kernel.
-inline constexpr int kSplitMaxNewTokens = 8;
+// The split path's step rule (launch.hpp, launch.cu): a two-pass long-window step whose windows have at
+// most kMaxSplitSlices · kSliceCandidates candidates and whose ring items can all write in parallel
+// with its events spreads every event over split units when it has 1..kMaxSplitEvents of them (more
+// fill the GPU on their own; the partials scratch, 16 · 3 · c floats per event, stays ≤ 12 MB).
+// Every other step runs the unsplit (prefill) kernel.
 inline constexpr int kMaxSplitEvents = 128;
 
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };

@@ -742,8 +742,8 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     }
     return;
   }
-  // The split instantiation runs only steps whose events are all split head events and whose ring
-  // items all write (launch.cu's rule: ≤ kSplitMaxNewTokens tokens per request, m > 8): its heads
+  // The split instantiation runs only steps whose events are all split events and whose ring
+  // items all write (launch.cu's rule; every event of the step is a split event): its heads
   // have nothing left to do, and it has no bodies.
   if constexpr (Config::kSplit) return;
   float norm[4];
