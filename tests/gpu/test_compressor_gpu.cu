@@ -1151,9 +1151,7 @@ std::array<unsigned long long, 2> counts_over_every_float(void (*count)(unsigned
 // flipped). counts[0]: the differing codes.
 __global__ void count_e4m3_code_differences(unsigned long long* counts) {
   unsigned long long local = 0;
-  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < (1ull << 32); i += stride) {
-    const std::uint32_t bits = static_cast<std::uint32_t>(i);
+  for_every_float([&](std::uint32_t bits) {
     const std::uint32_t others[3] = {bits ^ 1u, ~bits, bits ^ 0x80000000u};
     for (int place = 0; place < 4; ++place) {
       std::uint32_t patterns[4];
@@ -1162,7 +1160,7 @@ __global__ void count_e4m3_code_differences(unsigned long long* counts) {
                                                    __uint_as_float(patterns[2]), __uint_as_float(patterns[3]));
       local += ((codes >> (8 * place)) & 0xffu) != e4m3_from(__uint_as_float(bits));
     }
-  }
+  });
   if (local != 0) atomicAdd(&counts[0], local);
 }
 

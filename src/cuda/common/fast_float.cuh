@@ -44,8 +44,8 @@ __device__ __forceinline__ float exp_flushed(float x) {
 
 // e4m3_codes: e4m3_from (dsv4/formats.hpp) of four floats, packed with a in the low byte, by two
 // cvt.rn.satfinite.e4m3x2.f32 — round to nearest even, e4m3 subnormals, values ≥ 448 and infinities
-// saturated to ±448, as e4m3_from does — instead of ≈ 10 integer instructions a value
-// (cuda/compressor/e4m3_bits.hpp). A NaN takes e4m3_from's code (its sign | 0x7f) by a select,
+// saturated to ±448, as e4m3_from does — instead of ≈ 10 integer instructions a value on the
+// float's bits. A NaN takes e4m3_from's code (its sign | 0x7f) by a select,
 // whatever the hardware gives for it.
 __device__ __forceinline__ std::uint32_t e4m3_codes(float a, float b, float c, float d) {
   std::uint16_t low, high;

@@ -27,9 +27,6 @@ struct UnitConfig {
   static constexpr int kBlockThreads = kUnitThreads * kUnitsPerBlock;
   // A unit of one warp synchronizes with __syncwarp; a larger unit is the whole block.
   static constexpr bool kWarpUnit = kUnitThreads == 32;
-  // e4m3 codes by the hardware conversion (cuda/common/fast_float.cuh, e4m3_codes) instead of
-  // e4m3_from's float chain (the same codes): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
-  static constexpr bool kBitsEncoder = false;
 
   static_assert(kWidth % 128 == 0, "a group is whole warps: c must be a multiple of 128");
   static_assert(kWarpUnit || kUnitsPerBlock == 1, "multi-warp units own their block");
@@ -99,15 +96,13 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
 // The arithmetic is the PTX's (explicitly rounded operations), so the bytes are the 4-block kernel's.
 // kLean (ShortWindowPrefill::FiveBlocksPerSMLean): fewer instructions per event, same bytes — each
 // event's integer work (the divisions by m, R and the entries per page: FastDivisor,
-// cuda/common/fast_divisor.hpp; the candidates' addresses: 32-bit offsets from per-event bases) is done once per event, and the
-// e4m3 codes come from the hardware conversion (fast_float.cuh, e4m3_codes, equal to e4m3_from for
-// every float). The floating-point operations of the fold and the post-processing are unchanged.
+// cuda/common/fast_divisor.hpp; the candidates' addresses: 32-bit offsets from per-event bases) is
+// done once per event. The floating-point operations of the fold and the post-processing are unchanged.
 template <int kWidth, bool kLean = false>
 struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr int kMinBlocksPerSM = 5;
   static constexpr bool kCarveoutForMinBlocks = true;
   static constexpr bool kHoistedWindow = kLean;
-  static constexpr bool kBitsEncoder = kLean;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows in two
@@ -116,6 +111,28 @@ template <int kWidth>
 struct OnlineConfig : UnitConfig<kWidth, 1>, StagingConfig<4, 2, true, UnitConfig<kWidth, 1>::kBlockThreads> {
   static constexpr int kMinBlocksPerSM = 4;
 };
+
+// Vectors a thread loads into registers before its first store in a ring write (two_pass.cuh,
+// write_ring_direct): one round of the write.
+inline constexpr int kRingVectorsInRegisters = 8;
+
+// A prefill's ring write (up to R rows, R = coff·m + max_rollback) is a chain of dependent rounds;
+// run by one unit it outlasted every event of the step: per-unit spans on the H200 (fresh T = 8K)
+// put the ring item at 19.6 µs of a C4-128 kernel whose events each took ≤ 7.4 µs, and at 31 µs of
+// a C4-512 one whose events ended by 22.4 µs. Steps that bring a request more than
+// kRingPiecesMinTokens tokens spread each request's write over ring_write_pieces(...) ring items, one
+// round each; decode steps keep one ring item a request (and its staged path, two_pass.cuh).
+inline constexpr int kRingPiecesMinTokens = 8;
+inline constexpr int kMaxRingPieces = 32;
+
+// Ring items a request's write takes: its `rows` rows of record_floats floats (kv row + score row)
+// in rounds of kRingVectorsInRegisters float4 vectors a thread of a `unit_threads`-thread unit.
+constexpr int ring_write_pieces(int rows, int record_floats, int unit_threads) {
+  const int vectors = rows * (record_floats / 4);
+  const int round = kRingVectorsInRegisters * unit_threads;
+  const int pieces = (vectors + round - 1) / round;
+  return pieces < 1 ? 1 : pieces > kMaxRingPieces ? kMaxRingPieces : pieces;
+}
 
 // Candidates per event above which the two-pass kernel splits an event's rows over groups.
 inline constexpr int kSingleGroupMaxCandidates = 16;

@@ -143,6 +143,9 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   std::vector<StepRequest> requests;
   std::vector<std::int64_t> item_begin{0};
   std::int64_t step_events = 0;
+  std::int32_t ring_pieces = 1;  // config.hpp, ring_write_pieces: from the longest write of a request
+  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
+  const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, long_window);
   std::vector<std::int32_t> pages;
   const int per_page = a.entries_per_page;
   for (const PlannedRequest& r : plan.requests) {
@@ -155,6 +158,10 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     s.slot = r.slot;
     s.num_events = static_cast<std::int32_t>(r.num_events);
     s.page_offset = static_cast<std::int32_t>(pages.size());
+    if (r.new_tokens > compressor::kRingPiecesMinTokens) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(r.new_tokens, a.records_per_slot));
+      ring_pieces = std::max(ring_pieces, compressor::ring_write_pieces(rows, a.record_floats, unit_threads));
+    }
     if (r.num_events > 0) {
       const std::int64_t first_entry = r.prefix_len / spec.ratio;
       const std::int64_t last_entry = first_entry + r.num_events - 1;
@@ -191,7 +198,8 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.num_requests = static_cast<std::int32_t>(requests.size());
   layout.num_items = item_begin.back();
   layout.one_item_per_request = layout.num_items == layout.num_requests;
-  const std::int64_t ring_items = spec.online ? 0 : layout.num_requests;  // two-pass: one per request
+  layout.ring_pieces = spec.online ? 0 : ring_pieces;
+  const std::int64_t ring_items = static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
   require(layout.num_items + ring_items <= std::numeric_limits<std::int32_t>::max(), "batch",
           "the step has " + std::to_string(layout.num_items + ring_items) +
               " work items, more than one CUDA grid holds");
@@ -254,7 +262,8 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.inline_split_offset = static_cast<std::int32_t>(inline_used);
     std::memcpy(p.inline_metadata + inline_used, layout.bytes.data() + layout.split_events_offset, split_bytes);
   }
-  p.ring_items = spec.online ? 0 : layout.num_requests;
+  p.ring_pieces = std::max(layout.ring_pieces, 1);
+  p.ring_items = static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
   p.ratio = spec.ratio;
   p.overlap = spec.overlap ? 1 : 0;
   p.max_rollback = spec.max_rollback;
@@ -266,7 +275,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   const RopeTable rope(spec.rope);
   std::copy(rope.frequencies().begin(), rope.frequencies().end(), p.rope_frequencies);
 
-  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
+  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;  // as planned
   // Decode steps (no body item) run the lean kernel too (measured on the H200: −0.3..0.6 µs at
   // B ≤ 256, −2.3 µs for C4-512 B=1024 n=4); with the lean kernel switched off they run the 4-block one.
   compressor::ShortWindowPrefill short_window = short_window_prefill();

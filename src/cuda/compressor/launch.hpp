@@ -41,6 +41,7 @@ struct CompressStepLayout {
   std::int32_t num_requests = 0;    // requests bringing ≥ 1 token
   std::int64_t num_items = 0;       // work items (0: nothing to launch)
   std::int32_t split_events = 0;    // head events computed by split units (0: the prefill kernel)
+  std::int32_t ring_pieces = 0;     // ring items per request (params.hpp; 0: online, no ring items)
   bool one_item_per_request = false;
 };
 

@@ -93,8 +93,7 @@ enum class ShortWindowPrefill : std::int32_t {
   FourBlocksPerSM = 4,  // TwoPassConfig<c, false> (≤ 128 registers)
   FiveBlocksPerSM = 5,  // TwoPassFiveBlocksConfig<c> (≤ 96 registers)
   // TwoPassFiveBlocksConfig<c, true>: the same with fewer instructions per event (config.hpp: the
-  // divisions and window addresses once per event in 32 bits, two_pass.cuh WindowOffsets; e4m3
-  // codes from the bits). launch.cu runs it only for steps whose positions and offsets fit
+  // divisions and window addresses once per event in 32 bits, two_pass.cuh WindowOffsets). launch.cu runs it only for steps whose positions and offsets fit
   // (launch.hpp: lean_prefill_fits); other steps take FiveBlocksPerSM.
   FiveBlocksPerSMLean = 6,
 };
@@ -109,9 +108,11 @@ struct KernelParams : ref::CompressBuffers {
   std::int32_t num_requests = 0;
   std::int32_t one_item_per_request = 0;   // 1: item i is request i's head (decode steps: no search)
   std::int64_t num_items = 0;
-  // Two-pass kernels: one ring item per request after the other items (item num_items + i writes
-  // request i's ring when that can run in parallel with its head, two_pass.cuh); 0 for online.
+  // Two-pass kernels: ring_pieces ring items per request after the other items (item num_items +
+  // i·ring_pieces + k writes piece k of request i's ring, when that can run in parallel with its
+  // head, two_pass.cuh; config.hpp ring_write_pieces); 0 for online.
   std::int64_t ring_items = 0;
+  std::int32_t ring_pieces = 1;
   // Small decode steps (one item per request): the requests and pages travel in the parameters
   // (constant bank, written by the launch), so a unit's first load does not wait on a DRAM miss.
   // 1: requests at inline_metadata[0], pages at inline_metadata[inline_pages_offset]; the pointers

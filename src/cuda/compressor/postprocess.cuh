@@ -25,25 +25,8 @@
 
 namespace dsv4::cuda::compressor {
 
-__device__ __forceinline__ std::uint32_t pack_bytes(std::uint8_t b0, std::uint8_t b1, std::uint8_t b2, std::uint8_t b3) {
-  return static_cast<std::uint32_t>(b0) | (static_cast<std::uint32_t>(b1) << 8) | (static_cast<std::uint32_t>(b2) << 16) |
-         (static_cast<std::uint32_t>(b3) << 24);
-}
-
-// e4m3_from of four values, packed (a in the low byte): by the hardware conversion when kBits
-// (cuda/common/fast_float.cuh, e4m3_codes: the same codes for every float).
-template <bool kBits>
-__device__ __forceinline__ std::uint32_t e4m3_code4(float a, float b, float c, float d) {
-  if constexpr (kBits) {
-    return e4m3_codes(a, b, c, d);
-  } else {
-    return pack_bytes(e4m3_from(a), e4m3_from(b), e4m3_from(c), e4m3_from(d));
-  }
-}
-
 // 584-byte attention entry (AttentionEntryFormat): lanes 0..111 hold the 448 nope dims (16 lanes per
-// 64-value scale block), lanes 112..127 the 64 RoPE dims stored as bf16. kBits: e4m3_code4.
-template <bool kBits>
+// 64-value scale block), lanes 112..127 the 64 RoPE dims stored as bf16.
 __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int lane, bool active, const EntryTarget& t,
                                                       int entries_per_page) {
   using F = AttentionEntryFormat;
@@ -57,7 +40,7 @@ __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int l
   if (lane < kNopeLanes) {
     const std::uint8_t e = ue8m0_scale_byte(amax, kE4m3Max, kUe8m0FloorE4m3);
     const float inv_scale = float_from_ue8m0(static_cast<std::uint8_t>(254 - e));  // 2^(127−e), exact
-    const std::uint32_t codes = e4m3_code4<kBits>(y[0] * inv_scale, y[1] * inv_scale, y[2] * inv_scale, y[3] * inv_scale);
+    const std::uint32_t codes = e4m3_codes(y[0] * inv_scale, y[1] * inv_scale, y[2] * inv_scale, y[3] * inv_scale);
     *reinterpret_cast<std::uint32_t*>(t.page + F::data_offset(t.index_in_page) + 4 * lane) = codes;
     if (lane % kLanesPerScale == 0) t.page[F::scale_offset(t.index_in_page, entries_per_page) + lane / kLanesPerScale] = e;
   } else {
@@ -70,8 +53,7 @@ __device__ __forceinline__ void store_attention_entry(const float (&y)[4], int l
   }
 }
 
-// Indexer key (IndexerEntryFormat) of width 128: one warp, lane l holds values 4l..4l+3. kBits: e4m3_code4.
-template <bool kBits>
+// Indexer key (IndexerEntryFormat) of width 128: one warp, lane l holds values 4l..4l+3.
 __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lane, bool active, OutputKind output,
                                                     const EntryTarget& t, int entries_per_page) {
   float amax = 0.0f;
@@ -82,7 +64,7 @@ __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lan
     amax = lanes_max<32>(amax);
     if (!active) return;
     const float scale = indexer_fp8_scale(amax);
-    const std::uint32_t codes = e4m3_code4<kBits>(y[0] / scale, y[1] / scale, y[2] / scale, y[3] / scale);
+    const std::uint32_t codes = e4m3_codes(y[0] / scale, y[1] / scale, y[2] / scale, y[3] / scale);
     *reinterpret_cast<std::uint32_t*>(t.page + fmt.data_offset(t.index_in_page) + 4 * lane) = codes;
     if (lane == 0) *reinterpret_cast<float*>(t.page + fmt.scale_offset(t.index_in_page, entries_per_page)) = scale;
     return;
@@ -186,7 +168,7 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
 
   // 3. Encode and store.
   if constexpr (kWidth == AttentionEntryFormat::kDim) {
-    store_attention_entry<Config::kBitsEncoder>(y, lane, active, t, p.entries_per_page);
+    store_attention_entry(y, lane, active, t, p.entries_per_page);
   } else {
     static_assert(kWidth == 128, "indexer keys are one warp wide");
     // Walsh–Hadamard (Sylvester order) over the 128 values: strides 1 and 2 inside the lane,
@@ -210,7 +192,7 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
 #pragma unroll
     for (int k = 0; k < 4; ++k) y[k] = static_cast<float>(v[k] * scale);
     round4_to_bf16(y);
-    store_indexer_entry<Config::kBitsEncoder>(y, lane, active, p.output, t, p.entries_per_page);
+    store_indexer_entry(y, lane, active, p.output, t, p.entries_per_page);
   }
 }
 

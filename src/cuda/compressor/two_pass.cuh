@@ -477,10 +477,9 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                        s_sum);
 }
 
-// Vectors a thread loads into registers before its first store in write_ring_direct.
-inline constexpr int kRingVectorsInRegisters = 8;
-// The same for a share of a chunk's ring write (ring_write_slots), a second copy of the unrolled
-// write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing
+// Vectors a thread loads into registers before its first store in a share of a chunk's ring write
+// (ring_write_slots; a whole write's: kRingVectorsInRegisters, config.hpp), a second copy of the
+// unrolled write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing
 // (with the lean kernels' heads re-reading their request: below); at 2 the chunk cases lost 1–6%.
 inline constexpr int kRingShareVectorsInRegisters = 4;
 
@@ -505,9 +504,12 @@ __device__ __forceinline__ RingWriteSpan ring_write_span(const RingRows& rows, c
 // registers (a head writing its own ring, prefill, and every write of at most one round). kShare: a
 // share of the write (ring_write_slots), a separate instance so that the whole write, which fresh
 // prefills run, keeps its code.
+// Piece `piece` of `pieces` runs rounds piece, piece + pieces, ... (ring items of a prefill step,
+// config.hpp ring_write_pieces; a head runs the whole share as piece 0 of 1).
 template <class Config, bool kShare = false>
 __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const RingRows& rows, const StepRequest& r,
-                                                  const RingWriteSpan& span, int thread) {
+                                                  const RingWriteSpan& span, int thread, int piece = 0,
+                                                  int pieces = 1) {
   // Every load of a round is issued before its first store: the compiler cannot move a load above a
   // store that may alias it, so interleaved they would run one round trip at a time.
   constexpr int kVectorsInFlight = kShare ? kRingShareVectorsInRegisters : kRingVectorsInRegisters;
@@ -516,7 +518,8 @@ __device__ __forceinline__ void write_ring_direct(const KernelParams& p, const R
   const int vectors = span.vectors;
   const int first_ring_row = static_cast<int>(first % rows.ring_rows);
   const int first_in_block = static_cast<int>(first % p.ratio);
-  for (int base = 0; base < vectors; base += kVectorsInFlight * Config::kUnitThreads) {
+  constexpr int kRound = kVectorsInFlight * Config::kUnitThreads;
+  for (int base = piece * kRound; base < vectors; base += pieces * kRound) {
     float4 data[kVectorsInFlight];
     float* destination[kVectorsInFlight];
 #pragma unroll
@@ -634,15 +637,15 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 // larger and prefill C4-128 T=64K 57 → 70 µs (the events' instruction fetch); rolled, still 42%.
 template <class Config>
 __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread,
-                                           const Staging<Config>& staging) {
+                                           const Staging<Config>& staging, int piece) {
   const RingWriteSpan span = ring_write_span(rows, r);
   if constexpr (!Config::kStageApe) {
-    if (p.one_item_per_request && span.vectors > kRingVectorsInRegisters * Config::kUnitThreads) {
+    if (p.one_item_per_request && p.ring_pieces == 1 && span.vectors > kRingVectorsInRegisters * Config::kUnitThreads) {
       write_ring_staged<Config>(p, rows, r, span, thread, staging);
       return;
     }
   }
-  write_ring_direct<Config>(p, rows, r, span, thread);
+  write_ring_direct<Config>(p, rows, r, span, thread, piece, p.ring_pieces);
 }
 
 // Events a request's head computes (params.hpp, two_pass_head_events); with no head event its ring
@@ -697,7 +700,8 @@ __device__ __forceinline__ void write_head_share(const KernelParams& p, const Ri
 
 // Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
 // instantiations) the units run the items: [0, num_items) are heads and bodies (params.hpp),
-// [num_items, num_items + ring_items) the ring items of the requests in order — unit u runs item u in
+// [num_items, num_items + ring_items) the ring items of the requests in order (ring_pieces a request,
+// params.hpp) — unit u runs item u in
 // decode steps, and in steps with bodies the ring items first (below).
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
@@ -732,13 +736,16 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
                             : place_in_grid < p.ring_items ? p.num_items + place_in_grid
                                                            : place_in_grid - p.ring_items;
   if (item >= p.num_items + p.ring_items) return;  // whole units only: a block-wide unit never splits here
-  if (item >= p.num_items) {  // a ring item
-    const StepRequest r = step_request(p, item - p.num_items);
+  if (item >= p.num_items) {  // a ring item: piece `piece` of its request's write
+    const int ring_item = static_cast<int>(item - p.num_items);
+    const int request = ring_item / p.ring_pieces, piece = ring_item - request * p.ring_pieces;
+    const StepRequest r = step_request(p, request);
     const RingRows rows(p, r);
     if (ring_item_writes<Config>(p, rows, r, head_event_count(p, r))) {
-      write_ring<Config>(p, rows, r, thread, Staging<Config>(dynamic_shared));
+      write_ring<Config>(p, rows, r, thread, Staging<Config>(dynamic_shared), piece);
     } else {  // the rows on the slots the head does not read, while it reads
-      write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, false), thread);
+      write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, false), thread, piece,
+                                      p.ring_pieces);
     }
     return;
   }
