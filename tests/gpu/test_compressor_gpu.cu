@@ -1164,6 +1164,24 @@ __global__ void count_e4m3_code_differences(unsigned long long* counts) {
   if (local != 0) atomicAdd(&counts[0], local);
 }
 
+// Counts the divisors y of normal magnitude, |y| in [2^-126, 2^126], where divide_normal(x, y) is not
+// __fdividef(x, y) bit for bit, for x = y's neighbouring pattern, its complement and 1 (NaN results
+// compare as NaN). counts[0]: the differences; counts[1]: the divisors checked.
+__global__ void count_divide_normal_differences(unsigned long long* counts) {
+  unsigned long long local = 0, checked = 0;
+  for_every_float([&](std::uint32_t bits) {
+    const float y = __uint_as_float(bits);
+    if (!(fabsf(y) >= FLT_MIN && fabsf(y) <= 0x1p126f)) return;
+    ++checked;
+    for (const float x : {__uint_as_float(bits ^ 1u), __uint_as_float(~bits), 1.0f}) {
+      const float want = __fdividef(x, y), got = cuda::divide_normal(x, y);
+      local += !(__float_as_uint(got) == __float_as_uint(want) || (got != got && want != want));
+    }
+  });
+  if (local != 0) atomicAdd(&counts[0], local);
+  if (checked != 0) atomicAdd(&counts[1], checked);
+}
+
 TEST(CompressorGpuFastFloat, E4m3CodesAreTheReferenceOnEveryFloat) {
   EXPECT_EQ(counts_over_every_float(count_e4m3_code_differences)[0], 0u);
 }
@@ -1176,6 +1194,12 @@ TEST(CompressorGpuFastFloat, FlushedExponentialIsExpfButForSubnormals) {
   const std::array<unsigned long long, 2> counts = counts_over_every_float(count_exp_flushed_differences);
   EXPECT_EQ(counts[0], 0u);
   EXPECT_GT(counts[1], 100000u);  // __expf's subnormal range (arguments ≈ −103 .. −87) was reached
+}
+
+TEST(CompressorGpuFastFloat, DivideNormalIsFdividefInItsRange) {
+  const std::array<unsigned long long, 2> counts = counts_over_every_float(count_divide_normal_differences);
+  EXPECT_EQ(counts[0], 0u);
+  EXPECT_EQ(counts[1], 2 * ((252ull << 23) + 1));  // each sign: exponents −126..125 whole, and 2^126
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CompressorGpu, ::testing::ValuesIn(kCases), spec_case_name);

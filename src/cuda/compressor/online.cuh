@@ -4,17 +4,21 @@
 // L mod (max_rollback + 1), each [M (c) | S (c) | V (c)] float32.
 //
 // The recurrence is sequential per channel. A body item runs one whole block from its first row;
-// the head runs the first block (continuing from the snapshot when the prefix is mid-block) and
-// then writes the snapshots of the step's last max_rollback + 1 counts, re-running the block(s)
-// holding them from their first row when they lie past its first block. Every path applies the
-// same explicitly rounded float operations to the same rows, so the state and every entry are
-// bit-identical however the stream was chunked.
+// the head runs the first block (continuing from the snapshot when the prefix is mid-block). The
+// snapshots of the step's last max_rollback + 1 counts are written by whichever item runs their
+// rows — the head, or a body for counts in its block — and the head re-runs the step's last,
+// partial block (no event, so no body) from its first row. Where a body could write the slot the
+// head reads its starting snapshot from (bodies_keep_snapshots), the head writes them all instead,
+// re-running every block that holds one, as before. Every path applies the same explicitly
+// rounded float operations to the same rows, so the state and every entry are bit-identical
+// however the stream was chunked.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/device_common.cuh"
 #include "cuda/compressor/postprocess.cuh"
@@ -28,9 +32,12 @@ struct OnlineState {
 // One row of the recurrence for this lane's 4 channels: the first row of a block starts it. The
 // four chains are independent and branch-free past the first-row test, so they interleave (with a
 // per-channel IEEE division and its slow-path branch they ran one after another: ≈ 300 cycles a
-// row). The quotient w / S' uses the fast reciprocal division (≤ 2 ulp; S' ∈ [1, m] so it never
-// leaves its range): the CPU reference computes in double and the SPEC asks for float32 agreement,
-// and every GPU path runs this same code, so chunked and whole runs stay bit-identical.
+// row). The quotient w / S' uses the fast reciprocal division (≤ 2 ulp; S' ∈ [1, m], so
+// divide_normal, without __fdividef's range guards), and the exponential flushes subnormal results
+// (exp_flushed: a weight below 2^-126 changes S' by nothing); both are off the fix-up instructions
+// that lengthened the row's dependent chain. The CPU reference computes in double and the SPEC asks
+// for float32 agreement, and every GPU path runs this same code, so chunked and whole runs stay
+// bit-identical.
 __device__ __forceinline__ void online_update(bool first_row, const float (&s)[4], const float (&v)[4],
                                               OnlineState& state) {
   if (first_row) {
@@ -41,12 +48,12 @@ __device__ __forceinline__ void online_update(bool first_row, const float (&s)[4
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float diff = __fsub_rn(s[k], state.max[k]);
-    const float e = __expf(-fabsf(diff));  // e^(smaller − larger): one exponential per row
+    const float e = exp_flushed(-fabsf(diff));  // e^(smaller − larger): one exponential per row
     const bool grows = diff > 0.0f;
     const float old_weight = grows ? e : 1.0f, new_weight = grows ? 1.0f : e;
     const float new_sum = __fmaf_rn(state.sum[k], old_weight, new_weight);
     // V' = (V·S·a + v·b) / S' = V + (v − V)·b / S': two roundings instead of four per row.
-    state.mean[k] = __fmaf_rn(__fsub_rn(v[k], state.mean[k]), __fdividef(new_weight, new_sum), state.mean[k]);
+    state.mean[k] = __fmaf_rn(__fsub_rn(v[k], state.mean[k]), divide_normal(new_weight, new_sum), state.mean[k]);
     state.sum[k] = new_sum;
     state.max[k] = grows ? s[k] : state.max[k];
   }
@@ -133,6 +140,20 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
   }
 }
 
+// Whether the body items write the kept snapshots of their blocks (counts keep_from .. end; the head
+// then re-runs only the last, partial block): always when the head starts a block, which reads no
+// snapshot; otherwise only when no count a body writes — from the first block's end on — lands
+// on the slot of `prefix` (slot = count mod R), which the head reads while the bodies run. (A
+// request without bodies re-runs the same rows either way: decode steps skip the 64-bit modulo.)
+__device__ __forceinline__ bool bodies_keep_snapshots(const StepRequest& r, int slots, std::int64_t keep_from,
+                                                      std::int64_t first_block_start, std::int64_t first_block_end) {
+  if (r.num_events <= 1 || r.prefix == first_block_start) return true;
+  const std::int64_t end = r.prefix + r.new_tokens;
+  const std::int64_t lowest = keep_from > first_block_end + 1 ? keep_from : first_block_end + 1;
+  const std::int64_t same_slot = lowest + ((r.prefix - lowest) % slots + slots) % slots;  // ≥ lowest, ≡ prefix
+  return same_slot > end;
+}
+
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
@@ -155,22 +176,25 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   float* snapshots = p.state + static_cast<std::int64_t>(r.slot) * p.records_per_slot * p.record_floats;
   constexpr std::int64_t kNoSnapshots = INT64_MAX;
   OnlineState state = {};
+  // Snapshots to keep: the counts keep_from .. end (at most max_rollback + 1 of them).
+  const std::int64_t end = r.prefix + r.new_tokens;
+  const std::int64_t first_block_start = r.prefix / m * m;
+  const std::int64_t first_block_end = end < first_block_start + m ? end : first_block_start + m;
+  const std::int64_t keep_from = end - p.max_rollback > r.prefix + 1 ? end - p.max_rollback : r.prefix + 1;
+  const bool bodies_keep = bodies_keep_snapshots(r, p.records_per_slot, keep_from, first_block_start, first_block_end);
 
   if (place.index != 0) {
     // A body item: block `entry`, entirely in this step's rows, from its first row.
     const int event = static_cast<int>(place.index);
     const std::int64_t start = (r.prefix / m + event) * m;
-    run_rows<Config>(p, rows, start, start + m, kNoSnapshots, snapshots, lane, staging, state);
+    run_rows<Config>(p, rows, start, start + m, bodies_keep ? keep_from : kNoSnapshots, snapshots, lane, staging,
+                     state);
     finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, event), norm, s_sum);
     return;
   }
 
-  // The head. Snapshots to keep: the counts keep_from .. end (at most max_rollback + 1 of them).
-  const std::int64_t end = r.prefix + r.new_tokens;
-  const std::int64_t first_block_start = r.prefix / m * m;
-  const std::int64_t first_block_end = end < first_block_start + m ? end : first_block_start + m;
-  const std::int64_t keep_from = end - p.max_rollback > r.prefix + 1 ? end - p.max_rollback : r.prefix + 1;
-  if (r.prefix % m != 0) {
+  // The head.
+  if (r.prefix != first_block_start) {
     const float* snapshot = snapshots + (r.prefix % p.records_per_slot) * p.record_floats;
     to_array(load_once(snapshot + 4 * lane), state.max);
     to_array(load_once(snapshot + c + 4 * lane), state.sum);
@@ -180,11 +204,15 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   if (first_block_end == first_block_start + m) {
     finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, 0), norm, s_sum);
   }
-  // The kept counts past the first block: re-run their block(s) from the first row (the body
-  // items compute the same values for their events; only the head writes state).
-  const std::int64_t first_kept_row = keep_from - 1 > first_block_end ? keep_from - 1 : first_block_end;
-  if (first_kept_row < end) {
-    run_rows<Config>(p, rows, first_kept_row / m * m, end, keep_from, snapshots, lane, staging, state);
+  // The kept counts past the first block that no body writes: re-run their block(s) from the first
+  // row (the bodies compute the same values for their events) — the last, partial block, or every
+  // block holding one when the bodies keep none.
+  // (Past the first block, the last block starts at or after its end: decode steps, inside their
+  // first block, divide nothing.)
+  if (first_block_end < end) {
+    const std::int64_t first_kept_row = keep_from - 1 > first_block_end ? keep_from - 1 : first_block_end;
+    const std::int64_t rerun_from = (bodies_keep ? end : first_kept_row) / m * m;
+    if (rerun_from < end) run_rows<Config>(p, rows, rerun_from, end, keep_from, snapshots, lane, staging, state);
   }
 }
 
