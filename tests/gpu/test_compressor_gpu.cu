@@ -789,6 +789,16 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   ASSERT_EQ(whole.entries.size(), 3u);
   expect_same_run(mixed, whole, "prefill and split kernels mixed");
   expect_same_run(split_whole, whole, "the whole stream on the split kernel");
+  // Every split unit count (cuda::set_split_units: each group folding 1..16 slices) writes the same bytes.
+  EXPECT_THROW(cuda::set_split_units(3), Error) << "not a power of two";
+  for (const int units : {1, 2, 4, 8}) {
+    const int before = cuda::set_split_units(units);
+    const RunResult forced = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+    const RunResult forced_mixed = run_gpu_chunks(s, stream, sizes, page_size);
+    cuda::set_split_units(before);
+    expect_same_run(forced, whole, "the split kernel at " + std::to_string(units) + " units");
+    expect_same_run(forced_mixed, whole, "mixed kernels at " + std::to_string(units) + " units");
+  }
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(mixed.compressed, cpu.compressed, s.width, "mixed kernels vs CPU");
 

@@ -79,7 +79,8 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   // Events take their divisions and window addresses once per event (two_pass.cuh, WindowOffsets):
   // only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
   static constexpr bool kHoistedWindow = false;
-  // A split event takes kSplitUnits blocks; group g of split unit u folds slice u·kGroups + g.
+  // A split event takes at most kSplitUnits blocks (one slice a group); a step may run it on
+  // kSplitUnits / 2^k blocks instead, each group folding 2^k slices (params.hpp, split_units).
   static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
   static_assert(!kSplit || kLongWindow, "only long windows are split");
   static_assert(!kLongWindow || Unit::kUnitsPerBlock == 1, "a split unit is one block");

@@ -102,6 +102,21 @@ namespace {
 
 // The override of set_short_window_prefill; 0 while none.
 std::atomic<std::int32_t> short_window_prefill_override{0};
+// set_split_units' setting; 0: automatic.
+std::atomic<std::int32_t> split_units_setting{0};
+
+// Split units a split event of `events` takes (params.hpp): kSplitUnits (one slice a group) while the
+// step's split blocks fit the SMs at once, halved — each group folding twice the slices — until they
+// do. A T = 8K C128 prefill's 64 events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200).
+template <class Config>
+int split_units_for(std::int64_t events) {
+  const int set = split_units_setting.load(std::memory_order_relaxed);
+  if (set != 0) return Config::kSplitUnits % set == 0 ? set : Config::kSplitUnits;
+  const std::int64_t slots = static_cast<std::int64_t>(multiprocessor_count()) * Config::kMinBlocksPerSM;
+  int units = Config::kSplitUnits;
+  while (units > 1 && events * units > slots) units /= 2;
+  return units;
+}
 
 }  // namespace
 
@@ -110,6 +125,12 @@ compressor::ShortWindowPrefill short_window_prefill() {
   if (set != 0) return static_cast<compressor::ShortWindowPrefill>(set);
   static const compressor::ShortWindowPrefill from_environment = short_window_prefill_from_environment();
   return from_environment;
+}
+
+int set_split_units(int units) {
+  require(units >= 0 && (units & (units - 1)) == 0, "units",
+          "split units must be 0 (automatic) or a power of two, got " + std::to_string(units));
+  return split_units_setting.exchange(units);
 }
 
 compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowPrefill schedule) {
@@ -237,6 +258,8 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_events = reinterpret_cast<const compressor::SplitEvent*>(base + layout.split_events_offset);
     p.split_counters = reinterpret_cast<std::int32_t*>(writable + layout.split_counters_offset);
     p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
+    p.split_units = spec.width == 512 ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events)
+                                      : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events);
   }
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;

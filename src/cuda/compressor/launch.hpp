@@ -93,6 +93,13 @@ bool lean_prefill_fits(const ref::CompressArgs& args);
 // and it is invalid). Launches on other host threads see the new schedule from their next step.
 compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowPrefill schedule);
 
+// The blocks a split event takes (params.hpp, split_units): 0, the default, chooses per step — the
+// most (one slice a group) whose blocks fit the SMs at once, halved until they do; otherwise a
+// power of two, used where it divides the kernel's maximum (else that maximum). Every choice writes
+// the same bytes; tests compare them. Returns the setting in force before. Throws Error("units")
+// for a negative value or one that is not a power of two.
+int set_split_units(int units);
+
 // plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.
 void run_compress(const ref::CompressArgs& args, void* stream = nullptr);
 

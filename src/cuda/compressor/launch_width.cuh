@@ -63,7 +63,7 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
   if (long_window && params.split_events_count > 0) {
     using Config = TwoPassConfig<kWidth, true, true>;
     return launch_items<Config>(two_pass_kernel<Config>, params, stream,
-                                static_cast<std::int64_t>(params.split_events_count) * Config::kSplitUnits);
+                                static_cast<std::int64_t>(params.split_events_count) * params.split_units);
   }
   if (long_window) {
     return launch_items<TwoPassConfig<kWidth, true>>(two_pass_kernel<TwoPassConfig<kWidth, true>>, params, stream);

@@ -130,11 +130,14 @@ struct KernelParams : ref::CompressBuffers {
   alignas(16) std::uint8_t inline_metadata[kInlineMetadataBytes] = {};  // [StepRequest × N | pad | int32 pages | pad | SplitEvent × E]
   // (Last: the fields above keep the offsets the other kernels had.)
   // Two-pass long windows, split (decode) instantiation only: split_events_count head events run as
-  // kSplitUnits blocks each, grid blocks [0, split_events_count · kSplitUnits).
+  // split_units blocks each, grid blocks [0, split_events_count · split_units). split_units divides
+  // the config's kSplitUnits; each group of a unit folds kMaxSplitSlices / (split_units · kGroups)
+  // slices, each slice's partial from scratch, so the merge — and the bytes — never depend on it.
   const SplitEvent* split_events = nullptr;  // [split_events_count] (device copy of the layout's)
   float* split_partials = nullptr;           // [split_events_count, kMaxSplitSlices, 3 (max | sum | weighted), c] scratch
   std::int32_t* split_counters = nullptr;    // [split_events_count] zero between launches (the merging block resets)
   std::int32_t split_events_count = 0;
+  std::int32_t split_units = 0;
   // 1: the split events are at inline_metadata[inline_split_offset] (after the inline requests and
   // pages, or alone when those are in device memory); split_events is then not read.
   std::int32_t split_events_inline = 0;

@@ -418,8 +418,9 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
   }
 }
 
-// Split unit `part` of split event `index` (one block; params.hpp): group g folds slice
-// part·kGroups + g into the step's partials scratch; the last unit of the event to finish merges
+// Split unit `part` of split event `index` (one block; params.hpp): group g folds slices
+// (part·kGroups + g)·n .. + n − 1 (n = kMaxSplitSlices / (split_units·kGroups)), each from scratch,
+// into the step's partials scratch; the last unit of the event to finish merges
 // the partials in two_pass_event's shape (group g: left fold over its slices [g·S/G, (g+1)·S/G);
 // then the groups in group order) and stores the entry.
 template <class Config>
@@ -431,19 +432,23 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const StepRequest& r = split.request;
   const RingRows rows(p, r);
   const EventWindow window = event_window<Config>(p, rows, r, split.event);
-  const int slice = part * Config::kGroups + group;
-  SoftmaxPartial partial = empty_partial();  // stays empty past the window's last slice
-  pool_candidates<Config, false>(rows, window, min(slice * kSliceCandidates, window.count),
-                                 min((slice + 1) * kSliceCandidates, window.count), lane, staging, partial);
   float* partials = p.split_partials + static_cast<std::int64_t>(index) * kMaxSplitSlices * 3 * c;  // [16][3][c]
-  float* mine = partials + slice * 3 * c;
-  store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
-  store4(mine + c + 4 * lane, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
-  store4(mine + 2 * c + 4 * lane,
-         make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
+  const int per_group = kMaxSplitSlices / (p.split_units * Config::kGroups);
+#pragma unroll 1
+  for (int k = 0; k < per_group; ++k) {
+    const int slice = (part * Config::kGroups + group) * per_group + k;
+    SoftmaxPartial partial = empty_partial();  // stays empty past the window's last slice
+    pool_candidates<Config, false>(rows, window, min(slice * kSliceCandidates, window.count),
+                                   min((slice + 1) * kSliceCandidates, window.count), lane, staging, partial);
+    float* mine = partials + slice * 3 * c;
+    store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
+    store4(mine + c + 4 * lane, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
+    store4(mine + 2 * c + 4 * lane,
+           make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
+  }
   __threadfence();  // this thread's partials are visible GPU-wide before its unit counts itself done
   __syncthreads();  // every thread of the unit has stored and fenced
-  if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + index, 1) == Config::kSplitUnits - 1;
+  if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + index, 1) == p.split_units - 1;
   __syncthreads();
   if (!*s_last) return;  // uniform across the block
   __threadfence();       // acquire: the other units' partials (fenced before their counts) are seen after ours
@@ -714,14 +719,14 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const int group = thread / Config::kLanes, lane = thread % Config::kLanes;
   std::int64_t block = blockIdx.x;
   if constexpr (Config::kSplit) {
-    const std::int64_t split_blocks = static_cast<std::int64_t>(p.split_events_count) * Config::kSplitUnits;
+    const std::int64_t split_blocks = static_cast<std::int64_t>(p.split_events_count) * p.split_units;
     if (block < split_blocks) {
       __shared__ int s_last;
       float norm[4];
       load_norm<Config>(p, lane, norm);
       const Staging<Config> staging(dynamic_shared);
-      split_event_unit<Config>(p, static_cast<int>(block / Config::kSplitUnits),
-                               static_cast<int>(block % Config::kSplitUnits), group, lane, norm, staging, s_sum,
+      split_event_unit<Config>(p, static_cast<int>(block / p.split_units),
+                               static_cast<int>(block % p.split_units), group, lane, norm, staging, s_sum,
                                &s_last);
       return;
     }
