@@ -789,7 +789,7 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   ASSERT_EQ(whole.entries.size(), 3u);
   expect_same_run(mixed, whole, "prefill and split kernels mixed");
   expect_same_run(split_whole, whole, "the whole stream on the split kernel");
-  // Every split unit count (cuda::set_split_units: each group folding 1..16 slices) writes the same bytes.
+  // Every split unit count (cuda::set_split_units: each group folding 1..8 slices) writes the same bytes.
   EXPECT_THROW(cuda::set_split_units(3), Error) << "not a power of two";
   for (const int units : {1, 2, 4, 8}) {
     const int before = cuda::set_split_units(units);

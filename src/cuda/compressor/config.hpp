@@ -122,7 +122,8 @@ inline constexpr int kRingVectorsInRegisters = 8;
 // put the ring item at 19.6 µs of a C4-128 kernel whose events each took ≤ 7.4 µs, and at 31 µs of
 // a C4-512 one whose events ended by 22.4 µs. Steps that bring a request more than
 // kRingPiecesMinTokens tokens spread each request's write over ring_write_pieces(...) ring items, one
-// round each; decode steps keep one ring item a request (and its staged path, two_pass.cuh).
+// round each up to kMaxRingPieces (past it, every kMaxRingPieces-th round: a long max_rollback);
+// the step's largest write sets the count for every request. Decode steps keep one ring item a request (and its staged path, two_pass.cuh).
 inline constexpr int kRingPiecesMinTokens = 8;
 inline constexpr int kMaxRingPieces = 32;
 

@@ -2,8 +2,8 @@
 // types), so the host planner in launch.cu and the device headers share one definition.
 //
 // Work is split into "items": every request of the step that brings tokens has one HEAD item and
-// one BODY item per further compress event (two-pass kernels add one RING item per request, see
-// KernelParams::ring_items).
+// one BODY item per further compress event (two-pass kernels add ring_pieces RING items per request,
+// see KernelParams::ring_items).
 //   head: the events that read the old state (two-pass: those of the first coff events whose windows
 //         start before the prefix — none in a fresh prefill; online: the first block, continued from
 //         the snapshot), then

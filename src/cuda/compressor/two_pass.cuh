@@ -633,8 +633,8 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 }
 
 // A ring item's write of the rows the ring must hold after the step (the last R positions seen), from
-// the new rows. In a decode step (one item per request), more vectors a thread than one round of
-// registers (C4: 3 tokens and up) go through the staging slots, where ape is L1-resident (short
+// the new rows. In a decode step (one item per request, one ring item a request: ring_pieces = 1),
+// more vectors a thread than one round of registers (C4: 3 tokens and up) go through the staging slots, where ape is L1-resident (short
 // windows). Measured on the H200 at 4 tokens, same call: C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8,
 // B=1024 41.9 → 38.0, C4-128 B=256 11.9 → 10.3; with staged ape (C128) the step at B = 1024 took
 // +66%. A head writing its own ring (after its reads) calls write_ring_direct, so the staged loop is
@@ -703,11 +703,11 @@ __device__ __forceinline__ void write_head_share(const KernelParams& p, const Ri
   write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);  // (write_ring's staged path only from ring items)
 }
 
-// Split instantiation: grid blocks [0, split_events_count · kSplitUnits) are split units; then (both
+// Split instantiation: grid blocks [0, split_events_count · split_units) are split units; then (both
 // instantiations) the units run the items: [0, num_items) are heads and bodies (params.hpp),
-// [num_items, num_items + ring_items) the ring items of the requests in order (ring_pieces a request,
-// params.hpp) — unit u runs item u in
-// decode steps, and in steps with bodies the ring items first (below).
+// [num_items, num_items + ring_items) the ring items of the requests in order (ring_pieces a
+// request, params.hpp) — unit u runs item u in decode steps, and in steps with bodies the ring items
+// first (below).
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {
