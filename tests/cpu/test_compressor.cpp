@@ -2,12 +2,15 @@
 // chunk invariance (SPEC §6): bit-identical rows and cache bytes for every chunking.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "compressor_testing.hpp"
 #include "cuda/common/fast_divisor.hpp"
+#include "cuda/compressor/config.hpp"
 #include "cuda/compressor/params.hpp"
 
 namespace dsv4 {
@@ -148,6 +151,96 @@ TEST(CompressorFastDivisor, DividesExactly) {
     const std::uint32_t top = 0xffffffffu / d * d;  // the largest multiple of d below 2^32
     for (const std::uint32_t n : {numerator(rng), 0u, d - 1, d, top - 1, top, 0xffffffffu, 0x7fffffffu}) {
       ASSERT_EQ(fast_divide_host(n, f), n / d) << n << " / " << d;
+    }
+  }
+}
+
+// The online kernel's snapshot writes (cuda/compressor/online.cuh), modelled item by item with the
+// kernel's own rule (params.hpp, online_bodies_keep_snapshots): the head runs the first block (from
+// the prefix), body e runs block prefix/m + e from its first row, and the head re-runs the rest. Every
+// kept count (the last max_rollback + 1, none at or below the prefix) is written exactly once, by an
+// item whose chain reached that row; and while the head reads its starting snapshot (a mid-block
+// prefix), no body writes that slot.
+TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSlotIsNeverOverwritten) {
+  long checked_steps = 0, steps_with_body_snapshots = 0, steps_with_head_fallback = 0;
+  for (const int m : {1, 2, 3, 4, 8, 16, 128}) {
+    for (const int max_rollback : {0, 1, 2, 7, 8, 15}) {
+      const int slots = max_rollback + 1;
+      for (std::int64_t prefix = 0; prefix <= 3 * m + 20; ++prefix) {
+        for (std::int64_t tokens = 1; tokens <= 5 * m + 20; ++tokens) {
+          const std::int64_t end = prefix + tokens;
+          const int events = static_cast<int>(end / m - prefix / m);
+          const std::int64_t first_block_start = prefix / m * m;
+          const std::int64_t first_block_end = std::min(end, first_block_start + m);
+          const std::int64_t keep_from = std::max(end - max_rollback, prefix + 1);
+          const bool bodies_keep = cuda::compressor::online_bodies_keep_snapshots(
+              prefix, end, events, slots, keep_from, first_block_start, first_block_end);
+          std::vector<int> writes(static_cast<std::size_t>(end + 1), 0);
+          std::vector<bool> by_body(writes.size(), false);
+          // Counts (from, to] that the rows [from, to) bring, written where kept.
+          const auto run = [&](std::int64_t from, std::int64_t to, bool body) {
+            for (std::int64_t count = from + 1; count <= to; ++count) {
+              if (count < keep_from) continue;
+              ++writes[static_cast<std::size_t>(count)];
+              by_body[static_cast<std::size_t>(count)] = body;
+            }
+          };
+          run(prefix, first_block_end, false);  // the head's first block
+          for (int e = 1; e < events; ++e) {
+            const std::int64_t start = (prefix / m + e) * m;
+            if (bodies_keep) run(start, start + m, true);
+          }
+          if (first_block_end < end) {  // the head's re-run, from a block's first row
+            const std::int64_t first_kept_row = std::max(keep_from - 1, first_block_end);
+            const std::int64_t rerun_from = (bodies_keep ? end : first_kept_row) / m * m;
+            ASSERT_GE(rerun_from, first_block_end);
+            if (rerun_from < end) run(rerun_from, end, false);
+          }
+          const std::string where = "m " + std::to_string(m) + " R " + std::to_string(slots) + " prefix " +
+                                    std::to_string(prefix) + " tokens " + std::to_string(tokens);
+          bool any_body = false;
+          for (std::int64_t count = prefix + 1; count <= end; ++count) {
+            const bool kept = count >= keep_from;
+            ASSERT_EQ(writes[static_cast<std::size_t>(count)], kept ? 1 : 0) << where << " count " << count;
+            if (!by_body[static_cast<std::size_t>(count)]) continue;
+            any_body = true;
+            if (prefix != first_block_start) {
+              ASSERT_NE(count % slots, prefix % slots) << where << ": a body overwrites the head's snapshot";
+            }
+          }
+          ++checked_steps;
+          steps_with_body_snapshots += any_body;
+          steps_with_head_fallback += !bodies_keep;
+        }
+      }
+    }
+  }
+  // Both rules were reached (the sweep is not vacuous).
+  EXPECT_GT(steps_with_body_snapshots, 10000);
+  EXPECT_GT(checked_steps, 1000000);
+  EXPECT_GT(steps_with_head_fallback, 1000);
+}
+
+// A two-pass prefill's ring write spread over ring pieces (cuda/compressor/config.hpp,
+// ring_write_pieces; two_pass.cuh write_ring_direct): piece k of P runs rounds k, k + P, ... of the
+// write, so the pieces visit every round exactly once — with one round each up to the cap, and the
+// rest by the stride past it.
+TEST(CompressorRingPieces, PiecesVisitEveryRoundOnce) {
+  using cuda::compressor::kMaxRingPieces;
+  using cuda::compressor::kRingVectorsInRegisters;
+  for (const int unit_threads : {32, 128, 256}) {
+    for (const int record_floats : {2 * 2 * 128, 2 * 2 * 512, 2 * 512, 2 * 128}) {
+      for (int rows = 1; rows <= 300; ++rows) {
+        const int pieces = cuda::compressor::ring_write_pieces(rows, record_floats, unit_threads);
+        const int vectors = rows * record_floats / 4, round = kRingVectorsInRegisters * unit_threads;
+        const int rounds = (vectors + round - 1) / round;
+        ASSERT_EQ(pieces, std::clamp(rounds, 1, kMaxRingPieces)) << rows << " rows";
+        std::vector<int> visits(static_cast<std::size_t>(rounds), 0);
+        for (int piece = 0; piece < pieces; ++piece) {
+          for (int base = piece * round; base < vectors; base += pieces * round) ++visits[static_cast<std::size_t>(base / round)];
+        }
+        for (int r = 0; r < rounds; ++r) ASSERT_EQ(visits[static_cast<std::size_t>(r)], 1) << rows << " rows, round " << r;
+      }
     }
   }
 }

@@ -8,10 +8,10 @@
 // snapshots of the step's last max_rollback + 1 counts are written by whichever item runs their
 // rows — the head, or a body for counts in its block — and the head re-runs the step's last,
 // partial block (no event, so no body) from its first row. Where a body could write the slot the
-// head reads its starting snapshot from (bodies_keep_snapshots), the head writes them all instead,
-// re-running every block that holds one, as before. Every path applies the same explicitly
-// rounded float operations to the same rows, so the state and every entry are bit-identical
-// however the stream was chunked.
+// head reads its starting snapshot from (params.hpp, online_bodies_keep_snapshots), the head writes
+// them all instead, re-running every block that holds one, as before. Every path applies the same
+// explicitly rounded float operations to the same rows, so the state and every entry are
+// bit-identical however the stream was chunked.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -140,20 +140,6 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
   }
 }
 
-// Whether the body items write the kept snapshots of their blocks (counts keep_from .. end; the head
-// then re-runs only the last, partial block): always when the head starts a block, which reads no
-// snapshot; otherwise only when no count a body writes — from the first block's end on — lands
-// on the slot of `prefix` (slot = count mod R), which the head reads while the bodies run. (A
-// request without bodies re-runs the same rows either way: decode steps skip the 64-bit modulo.)
-__device__ __forceinline__ bool bodies_keep_snapshots(const StepRequest& r, int slots, std::int64_t keep_from,
-                                                      std::int64_t first_block_start, std::int64_t first_block_end) {
-  if (r.num_events <= 1 || r.prefix == first_block_start) return true;
-  const std::int64_t end = r.prefix + r.new_tokens;
-  const std::int64_t lowest = keep_from > first_block_end + 1 ? keep_from : first_block_end + 1;
-  const std::int64_t same_slot = lowest + ((r.prefix - lowest) % slots + slots) % slots;  // ≥ lowest, ≡ prefix
-  return same_slot > end;
-}
-
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
@@ -181,7 +167,8 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const std::int64_t first_block_start = r.prefix / m * m;
   const std::int64_t first_block_end = end < first_block_start + m ? end : first_block_start + m;
   const std::int64_t keep_from = end - p.max_rollback > r.prefix + 1 ? end - p.max_rollback : r.prefix + 1;
-  const bool bodies_keep = bodies_keep_snapshots(r, p.records_per_slot, keep_from, first_block_start, first_block_end);
+  const bool bodies_keep = online_bodies_keep_snapshots(r.prefix, end, r.num_events, p.records_per_slot, keep_from,
+                                                        first_block_start, first_block_end);
 
   if (place.index != 0) {
     // A body item: block `entry`, entirely in this step's rows, from its first row.

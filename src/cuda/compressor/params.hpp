@@ -67,6 +67,22 @@ constexpr int two_pass_head_events(bool overlap, std::int64_t prefix, bool insid
   return overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
 }
 
+// Online kernel (online.cuh): whether the body items write the kept snapshots of their blocks — the
+// counts keep_from .. end, in slot count mod `slots` — so that the head re-runs only the step's last,
+// partial block. Always when the head starts a block (prefix == first_block_start: it reads no
+// snapshot); otherwise only when no count from the first block's end on lands on the slot of
+// `prefix`, which the head reads while the bodies run. A request without bodies (num_events ≤ 1)
+// re-runs the same rows either way: decode steps skip the 64-bit modulo. Plain C++ for the host's
+// tests (test_compressor.cpp checks the partition of the kept counts and the slot rule).
+constexpr bool online_bodies_keep_snapshots(std::int64_t prefix, std::int64_t end, int num_events, int slots,
+                                            std::int64_t keep_from, std::int64_t first_block_start,
+                                            std::int64_t first_block_end) {
+  if (num_events <= 1 || prefix == first_block_start) return true;
+  const std::int64_t lowest = keep_from > first_block_end + 1 ? keep_from : first_block_end + 1;
+  const std::int64_t same_slot = lowest + ((prefix - lowest) % slots + slots) % slots;  // ≥ lowest, ≡ prefix
+  return same_slot > end;
+}
+
 // An event computed by split units: its request and entry page (copies, so a split unit's first load
 // is its only metadata load) and the event index. 64 bytes.
 struct SplitEvent {
