@@ -1109,6 +1109,11 @@ __device__ void for_every_float(F f) {
     f(static_cast<std::uint32_t>(i));
 }
 
+// Whether `got` is `want` bit for bit, or both are NaN.
+__device__ bool same_bits_or_both_nan(float got, float want) {
+  return __float_as_uint(got) == __float_as_uint(want) || (got != got && want != want);
+}
+
 // Counts the float32 bit patterns x where round_pair_to_bf16 differs, bit for bit, from the
 // reference's round_to_bf16 — x paired with its neighbouring pattern and with its complement, in
 // both places of the pair, so every class (NaN, infinity, subnormal, tie) meets other classes.
@@ -1137,7 +1142,7 @@ __global__ void count_exp_flushed_differences(unsigned long long* counts) {
       ++local_flushed;
       local += __float_as_uint(got) != 0u;
     } else {
-      local += !(__float_as_uint(got) == __float_as_uint(want) || (got != got && want != want));
+      local += !same_bits_or_both_nan(got, want);
     }
   });
   if (local != 0) atomicAdd(&counts[0], local);
@@ -1185,7 +1190,7 @@ __global__ void count_divide_normal_differences(unsigned long long* counts) {
     ++checked;
     for (const float x : {__uint_as_float(bits ^ 1u), __uint_as_float(~bits), 1.0f}) {
       const float want = __fdividef(x, y), got = cuda::divide_normal(x, y);
-      local += !(__float_as_uint(got) == __float_as_uint(want) || (got != got && want != want));
+      local += !same_bits_or_both_nan(got, want);
     }
   });
   if (local != 0) atomicAdd(&counts[0], local);

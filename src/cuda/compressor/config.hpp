@@ -123,7 +123,8 @@ inline constexpr int kRingVectorsInRegisters = 8;
 // a C4-512 one whose events ended by 22.4 µs. Steps that bring a request more than
 // kRingPiecesMinTokens tokens spread each request's write over ring_write_pieces(...) ring items, one
 // round each up to kMaxRingPieces (past it, every kMaxRingPieces-th round: a long max_rollback);
-// the step's largest write sets the count for every request. Decode steps keep one ring item a request (and its staged path, two_pass.cuh).
+// the step's largest write sets the count for every request. Decode steps keep one ring item a
+// request (and its staged path, two_pass.cuh).
 inline constexpr int kRingPiecesMinTokens = 8;
 inline constexpr int kMaxRingPieces = 32;
 

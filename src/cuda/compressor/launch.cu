@@ -40,6 +40,12 @@ void require_rows(const float* data, std::int64_t stride, std::int64_t rows, con
 
 std::size_t align16(std::size_t n) { return (n + 15) / 16 * 16; }
 
+// Whether the step's windows are long (C128): more candidates than one group folds; they split over
+// groups and, where launch.hpp's rule allows, over split units.
+bool has_long_window(const CompressorSpec& spec) {
+  return spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
+}
+
 // Events a request's head item computes. Online: the first (it continues the slot's running state).
 // Two-pass: params.hpp's rule, as the kernel applies it (two_pass.cuh, head_event_count).
 std::int64_t head_events(const CompressorSpec& spec, const StepRequest& r) {
@@ -158,15 +164,14 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   if (a.out_compressed) require_aligned(a.out_compressed, "outputs.compressed");
 
   // The split (decode) path, layout rule in launch.hpp: checked per request below.
-  bool split_step = !spec.online && spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates &&
+  bool split_step = !spec.online && has_long_window(spec) &&
                     spec.coff() * spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
   std::vector<compressor::SplitEvent> split;
   std::vector<StepRequest> requests;
   std::vector<std::int64_t> item_begin{0};
   std::int64_t step_events = 0;
   std::int32_t ring_pieces = 1;  // config.hpp, ring_write_pieces: from the longest write of a request
-  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;
-  const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, long_window);
+  const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, has_long_window(spec));
   std::vector<std::int32_t> pages;
   const int per_page = a.entries_per_page;
   for (const PlannedRequest& r : plan.requests) {
@@ -298,7 +303,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   const RopeTable rope(spec.rope);
   std::copy(rope.frequencies().begin(), rope.frequencies().end(), p.rope_frequencies);
 
-  const bool long_window = spec.coff() * spec.ratio > compressor::kSingleGroupMaxCandidates;  // as planned
+  const bool long_window = has_long_window(spec);
   // Decode steps (no body item) run the lean kernel too (measured on the H200: −0.3..0.6 µs at
   // B ≤ 256, −2.3 µs for C4-512 B=1024 n=4); with the lean kernel switched off they run the 4-block one.
   compressor::ShortWindowPrefill short_window = short_window_prefill();

@@ -26,10 +26,11 @@ namespace dsv4::cuda {
 // Path rule: a two-pass long-window step (C128, windows of ≤ 128 candidates) with 1..kMaxSplitEvents
 // (128) events, all of whose ring items can write in parallel with the events (no event reads a ring
 // row the step writes: every decode step of ≤ 8 tokens, a fresh prefill, a chunk from a block
-// boundary with more than coff events or a ring write within the ring), spreads every event over split units (split_events > 0, the split kernel; one item a
-// request). Every other step — longer prefills, a chunk inside a block whose ring write is longer than
-// the ring — runs the prefill kernel. Both fold a
-// window in the same fixed slice shape (config.hpp), so the bytes do not depend on the path.
+// boundary with more than coff events or a ring write within the ring), spreads every event over
+// split units (split_events > 0, the split kernel; one item a request). Every other step — longer
+// prefills, a chunk inside a block whose ring write is longer than the ring — runs the prefill
+// kernel. Both fold a window in the same fixed slice shape (config.hpp), so the bytes do not depend
+// on the path.
 struct CompressStepLayout {
   std::vector<std::uint8_t> bytes;  // what to upload
   std::size_t item_begin_offset = 0;

@@ -109,8 +109,9 @@ enum class ShortWindowPrefill : std::int32_t {
   FourBlocksPerSM = 4,  // TwoPassConfig<c, false> (≤ 128 registers)
   FiveBlocksPerSM = 5,  // TwoPassFiveBlocksConfig<c> (≤ 96 registers)
   // TwoPassFiveBlocksConfig<c, true>: the same with fewer instructions per event (config.hpp: the
-  // divisions and window addresses once per event in 32 bits, two_pass.cuh WindowOffsets). launch.cu runs it only for steps whose positions and offsets fit
-  // (launch.hpp: lean_prefill_fits); other steps take FiveBlocksPerSM.
+  // divisions and window addresses once per event in 32 bits, two_pass.cuh WindowOffsets).
+  // launch.cu runs it only for steps whose positions and offsets fit (launch.hpp:
+  // lean_prefill_fits); other steps take FiveBlocksPerSM.
   FiveBlocksPerSMLean = 6,
 };
 

@@ -484,8 +484,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 
 // Vectors a thread loads into registers before its first store in a share of a chunk's ring write
 // (ring_write_slots; a whole write's: kRingVectorsInRegisters, config.hpp), a second copy of the
-// unrolled write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4 nothing
-// (with the lean kernels' heads re-reading their request: below); at 2 the chunk cases lost 1–6%.
+// unrolled write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4
+// nothing (with the lean kernels' heads re-reading their request: below); at 2 the chunk cases lost 1–6%.
 inline constexpr int kRingShareVectorsInRegisters = 4;
 
 // The positions a request's ring holds after the step, which its ring write stores from the new rows:
@@ -634,8 +634,8 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 
 // A ring item's write of the rows the ring must hold after the step (the last R positions seen), from
 // the new rows. In a decode step (one item per request, one ring item a request: ring_pieces = 1),
-// more vectors a thread than one round of registers (C4: 3 tokens and up) go through the staging slots, where ape is L1-resident (short
-// windows). Measured on the H200 at 4 tokens, same call: C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8,
+// more vectors a thread than one round of registers (C4: 3 tokens and up) go through the staging
+// slots, where ape is L1-resident (short windows). Measured on the H200 at 4 tokens, same call: C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8,
 // B=1024 41.9 → 38.0, C4-128 B=256 11.9 → 10.3; with staged ape (C128) the step at B = 1024 took
 // +66%. A head writing its own ring (after its reads) calls write_ring_direct, so the staged loop is
 // inlined once and rolled: unrolled and inlined at both call sites it made the lean kernel's code 85%
@@ -700,7 +700,8 @@ __device__ __forceinline__ void write_head_share(const KernelParams& p, const Ri
                                                  int head_events, int thread) {
   if (ring_item_writes<Config>(p, rows, r, head_events)) return;
   unit_sync<Config>();  // every read of the unit precedes the writes
-  write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);  // (write_ring's staged path only from ring items)
+  // (write_ring's staged path only from ring items)
+  write_ring_direct<Config, true>(p, rows, r, ring_write_slots<Config>(p, rows, r, true), thread);
 }
 
 // Split instantiation: grid blocks [0, split_events_count · split_units) are split units; then (both
