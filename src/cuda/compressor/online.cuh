@@ -30,21 +30,18 @@ struct OnlineState {
 };
 
 // One row of the recurrence for this lane's 4 channels: the first row of a block starts it. The
-// four chains are independent and branch-free past the first-row test, so they interleave (with a
-// per-channel IEEE division and its slow-path branch they ran one after another: ≈ 300 cycles a
-// row). The quotient w / S' uses the fast reciprocal division (≤ 2 ulp; S' ∈ [1, m], so
-// divide_normal, without __fdividef's range guards), and the exponential flushes subnormal results
-// (exp_flushed: a weight below 2^-126 changes S' by nothing); both are off the fix-up instructions
-// that lengthened the row's dependent chain. The CPU reference computes in double and the SPEC asks
-// for float32 agreement, and every GPU path runs this same code, so chunked and whole runs stay
-// bit-identical.
+// four chains are independent and branch-free (the first row is a select, not a branch), so they
+// interleave, and so do the rows of a batch: only M, S and V carry from row to row, each through
+// one or two instructions, while the exponential and the reciprocal of a row hang off them. (With
+// a per-channel IEEE division and its slow-path branch the chains ran one after another: ≈ 300
+// cycles a row; with a branch per row, the rows did.) The quotient w / S' uses the fast reciprocal
+// division (≤ 2 ulp; S' ∈ [1, m], so divide_normal, without __fdividef's range guards), and the
+// exponential flushes subnormal results (exp_flushed: a weight below 2^-126 changes S' by nothing);
+// both are off the fix-up instructions that lengthened the row's dependent chain. The CPU reference
+// computes in double and the SPEC asks for float32 agreement, and every GPU path runs this same
+// code, so chunked and whole runs stay bit-identical.
 __device__ __forceinline__ void online_update(bool first_row, const float (&s)[4], const float (&v)[4],
                                               OnlineState& state) {
-  if (first_row) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) state.max[k] = s[k], state.sum[k] = 1.0f, state.mean[k] = v[k];
-    return;
-  }
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float diff = __fsub_rn(s[k], state.max[k]);
@@ -53,9 +50,12 @@ __device__ __forceinline__ void online_update(bool first_row, const float (&s)[4
     const float old_weight = grows ? e : 1.0f, new_weight = grows ? 1.0f : e;
     const float new_sum = __fmaf_rn(state.sum[k], old_weight, new_weight);
     // V' = (V·S·a + v·b) / S' = V + (v − V)·b / S': two roundings instead of four per row.
-    state.mean[k] = __fmaf_rn(__fsub_rn(v[k], state.mean[k]), divide_normal(new_weight, new_sum), state.mean[k]);
-    state.sum[k] = new_sum;
-    state.max[k] = grows ? s[k] : state.max[k];
+    const float new_mean =
+        __fmaf_rn(__fsub_rn(v[k], state.mean[k]), divide_normal(new_weight, new_sum), state.mean[k]);
+    // A block's first row discards whatever the state held (the values above are never used then).
+    state.max[k] = first_row || grows ? s[k] : state.max[k];
+    state.sum[k] = first_row ? 1.0f : new_sum;
+    state.mean[k] = first_row ? v[k] : new_mean;
   }
 }
 
@@ -121,15 +121,26 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
       ptx::cp_async_wait<0>();
     }
     const int stage = b % Config::kStages;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const std::int64_t q = from + static_cast<std::int64_t>(b) * kBatch + u;
-      if (q >= to) break;
+    const auto apply_row = [&](int u) {
       float values[4], scores[4];
       to_array(*staging.slot(stage, u, 0), values);
       to_array(add4(*staging.slot(stage, u, 1), *staging.slot(stage, u, 2)), scores);
       online_update(in_block == 0, scores, values, state);
       in_block = in_block + 1 == m ? 0 : in_block + 1;
+    };
+    const std::int64_t batch_first = from + static_cast<std::int64_t>(b) * kBatch;
+    if (batch_first + kBatch <= to && batch_first + kBatch < keep_from) {
+      // A whole batch that keeps no snapshot (almost every batch): straight-line code, so the
+      // compiler interleaves its rows' exponentials and reciprocals.
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) apply_row(u);
+      continue;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const std::int64_t q = batch_first + u;
+      if (q >= to) break;
+      apply_row(u);
       if (q + 1 >= keep_from) {
         float* snapshot = snapshots + ((q + 1) % num_snapshots) * p.record_floats;
         store4(snapshot + channel, make_float4(state.max[0], state.max[1], state.max[2], state.max[3]));
