@@ -757,6 +757,37 @@ ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& 
   return detail::compress_args(s, plan, side.weights(), rows.kv_view, rows.score_view, side.pool, side.cache);
 }
 
+// The online kernel has two stagings (config.hpp, OnlineConfig): two stages, and the deep one that
+// launch.cu takes for steps of at most one block a SM. Only the copies' depth differs, so one stream
+// fed whole and chunked (heads continuing a snapshot, bodies, kept snapshots) under each gives
+// bit-identical rows, entries and caches. Small: in the sanitizer set.
+TEST_P(CompressorGpu, SanitizeOnlineStagingsAgree) {
+  using cuda::compressor::OnlineStages;
+  const CompressorSpec s = spec();
+  if (!s.online) GTEST_SKIP() << "online compressors only";
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t m = s.ratio;
+  const Stream stream = random_stream(rng, s, 4 * m + m / 2 + 3);
+  const int page_size = 2 * s.ratio;
+  const std::vector<std::int64_t> chunked = {m / 2 + 1, 2 * m + 3, stream.tokens - 2 * m - m / 2 - 4};
+  struct Restore {
+    OnlineStages before;
+    ~Restore() { cuda::set_online_stages(before); }
+  };
+  const Restore restore{cuda::set_online_stages(OnlineStages::TwoStages)};
+  const RunResult two_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult two_chunked = run_gpu_chunks(s, stream, chunked, page_size);
+  cuda::set_online_stages(OnlineStages::Deep);
+  const RunResult deep_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  const RunResult deep_chunked = run_gpu_chunks(s, stream, chunked, page_size);
+  ASSERT_FALSE(two_whole.entries.empty());
+  expect_same_run(two_chunked, two_whole, "two stages, chunked");
+  expect_same_run(deep_whole, two_whole, "deep staging, whole");
+  expect_same_run(deep_chunked, two_whole, "deep staging, chunked");
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(deep_whole.compressed, cpu.compressed, s.width, "deep staging vs CPU");
+}
+
 // Two-pass long windows (C128) have two kernels: steps of ≤ 128 events whose ring items can all write
 // in parallel (decode steps, a fresh prefill) spread each window over split units, every other step
 // folds it in one unit (launch.hpp). Both must write the same bytes: one stream fed from inside its

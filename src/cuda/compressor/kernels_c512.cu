@@ -4,8 +4,8 @@
 namespace dsv4::cuda::compressor {
 
 cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window,
-                                   ShortWindowPrefill short_window, cudaStream_t stream) {
-  return launch_width<512>(params, online, long_window, short_window, stream);
+                                   ShortWindowPrefill short_window, OnlineStages online_stages, cudaStream_t stream) {
+  return launch_width<512>(params, online, long_window, short_window, online_stages, stream);
 }
 
 }  // namespace dsv4::cuda::compressor

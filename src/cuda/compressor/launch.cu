@@ -124,6 +124,9 @@ int split_units_for(std::int64_t events) {
   return units;
 }
 
+// set_online_stages' choice (OnlineStages::Automatic unless set).
+std::atomic<std::int32_t> online_stages_choice{0};
+
 }  // namespace
 
 compressor::ShortWindowPrefill short_window_prefill() {
@@ -137,6 +140,10 @@ int set_split_units(int units) {
   require(units >= 0 && (units & (units - 1)) == 0, "units",
           "split units must be 0 (automatic) or a power of two, got " + std::to_string(units));
   return split_units_setting.exchange(units);
+}
+
+compressor::OnlineStages set_online_stages(compressor::OnlineStages stages) {
+  return static_cast<compressor::OnlineStages>(online_stages_choice.exchange(static_cast<std::int32_t>(stages)));
 }
 
 compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowPrefill schedule) {
@@ -319,10 +326,21 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
                                                  : compressor::ShortWindowPrefill::FiveBlocksPerSM;
     }
   }
+  // The online kernel: deep staging where a step with bodies has at most one block a SM.
+  auto online_stages = static_cast<compressor::OnlineStages>(online_stages_choice.load(std::memory_order_relaxed));
+  if (online_stages == compressor::OnlineStages::Automatic) {
+    const std::int64_t units_per_block = spec.width == 512 ? compressor::OnlineConfig<512>::kUnitsPerBlock
+                                                           : compressor::OnlineConfig<128>::kUnitsPerBlock;
+    const std::int64_t blocks = (layout.num_items + units_per_block - 1) / units_per_block;
+    // (Decode steps, one item a request, have a few rows each: nothing for the depth to hide.)
+    online_stages = !layout.one_item_per_request && blocks <= multiprocessor_count() ? compressor::OnlineStages::Deep
+                                                                                     : compressor::OnlineStages::TwoStages;
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const cudaError_t status =
-      spec.width == 512 ? compressor::launch_attention_width(p, spec.online, long_window, short_window, s)
-                        : compressor::launch_indexer_width(p, spec.online, long_window, short_window, s);
+      spec.width == 512
+          ? compressor::launch_attention_width(p, spec.online, long_window, short_window, online_stages, s)
+          : compressor::launch_indexer_width(p, spec.online, long_window, short_window, online_stages, s);
   check_cuda(status, "compressor kernel launch");
 }
 

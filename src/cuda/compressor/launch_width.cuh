@@ -55,11 +55,15 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 //   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0 (long windows only): the split (decode) instantiation;
 //   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one
-//   or FourBlocksPerSM).
+//   or FourBlocksPerSM); online_stages: the online kernel's (TwoStages or Deep, launch.cu).
 template <int kWidth>
 cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, ShortWindowPrefill short_window,
-                         cudaStream_t stream) {
-  if (online) return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
+                         OnlineStages online_stages, cudaStream_t stream) {
+  if (online) {
+    using Deep = OnlineConfig<kWidth, kOnlineDeepStages>;
+    if (online_stages == OnlineStages::Deep) return launch_items<Deep>(online_kernel<Deep>, params, stream);
+    return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
+  }
   if (long_window && params.split_events_count > 0) {
     using Config = TwoPassConfig<kWidth, true, true>;
     return launch_items<Config>(two_pass_kernel<Config>, params, stream,

@@ -74,7 +74,8 @@ struct NewRows {
 };
 
 // Applies positions [from, to) to `state` (a block's first row restarts it), kBatch rows at a time
-// through the staging slots, the next batch in flight during this one's recurrence. After the row
+// through the staging slots, the next kStages − 1 batches in flight during this one's recurrence
+// (each thread copies and reads only its own slots: no barrier). After the row
 // that brings the count to L ≥ keep_from, stores the snapshot of L into `snapshots`
 // [num_snapshots, 3·c].
 template <class Config>
@@ -111,14 +112,32 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
     score_next += kBatch * rows.score_stride;
   };
   if (batches == 0) return;
-  copy_batch(0);
+  constexpr int kAhead = Config::kStages - 1;
+  // An empty group where there is no batch left to copy keeps every wait at kAhead groups.
+#pragma unroll
+  for (int b = 0; b < kAhead; ++b) {
+    if (b == 0 || b < batches) {  // (batches ≥ 1)
+      copy_batch(b);
+    } else {
+      ptx::cp_async_commit();
+    }
+  }
   int in_block = first_in_block;
   for (int b = 0; b < batches; ++b) {
-    if (b + 1 < batches) {
-      copy_batch(b + 1);
-      ptx::cp_async_wait<1>();
+    if constexpr (kAhead == 1) {  // (the two-stage kernel's code as it was measured)
+      if (b + 1 < batches) {
+        copy_batch(b + 1);
+        ptx::cp_async_wait<1>();
+      } else {
+        ptx::cp_async_wait<0>();
+      }
     } else {
-      ptx::cp_async_wait<0>();
+      if (b + kAhead < batches) {  // into the stage of batch b − 1, whose rows have been used
+        copy_batch(b + kAhead);
+      } else {
+        ptx::cp_async_commit();
+      }
+      ptx::cp_async_wait<kAhead>();  // batch b has landed
     }
     const int stage = b % Config::kStages;
     const auto apply_row = [&](int u) {
@@ -154,7 +173,7 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
-  static_assert(Config::kStages == 2 && Config::kStageApe, "run_rows pipelines two stages with ape staged");
+  static_assert(Config::kStages >= 2 && Config::kStageApe, "run_rows pipelines its stages with ape staged");
   constexpr int c = Config::kWidth;
   static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");
   extern __shared__ float4 dynamic_shared[];  // [Config::kBytes / 16] staging
