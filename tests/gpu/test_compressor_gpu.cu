@@ -769,7 +769,10 @@ TEST_P(CompressorGpu, SanitizeOnlineStagingsAgree) {
   const std::int64_t m = s.ratio;
   const Stream stream = random_stream(rng, s, 4 * m + m / 2 + 3);
   const int page_size = 2 * s.ratio;
-  const std::vector<std::int64_t> chunked = {m / 2 + 1, 2 * m + 3, stream.tokens - 2 * m - m / 2 - 4};
+  // The second chunk's head continues a snapshot for 25 rows where blocks are long (7 batches: the deep
+  // pipeline's prologue with fewer batches than stages), then bodies.
+  const std::int64_t first = m > 32 ? m - 25 : m / 2 + 1, second = m + 3 + (m - first);
+  const std::vector<std::int64_t> chunked = {first, second, stream.tokens - first - second};
   struct Restore {
     OnlineStages before;
     ~Restore() { cuda::set_online_stages(before); }

@@ -328,11 +328,12 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   }
   // The online kernel: deep staging where a step with bodies has at most one block a SM.
   auto online_stages = static_cast<compressor::OnlineStages>(online_stages_choice.load(std::memory_order_relaxed));
-  if (online_stages == compressor::OnlineStages::Automatic) {
+  if (spec.online && online_stages == compressor::OnlineStages::Automatic) {
     const std::int64_t units_per_block = spec.width == 512 ? compressor::OnlineConfig<512>::kUnitsPerBlock
                                                            : compressor::OnlineConfig<128>::kUnitsPerBlock;
     const std::int64_t blocks = (layout.num_items + units_per_block - 1) / units_per_block;
-    // (Decode steps, one item a request, have a few rows each: nothing for the depth to hide.)
+    // (One item a request: decode steps, a few rows each, and prefills shorter than about two
+    // blocks; the latter could gain too, not measured.)
     online_stages = !layout.one_item_per_request && blocks <= multiprocessor_count() ? compressor::OnlineStages::Deep
                                                                                      : compressor::OnlineStages::TwoStages;
   }
