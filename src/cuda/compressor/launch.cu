@@ -112,15 +112,19 @@ std::atomic<std::int32_t> short_window_prefill_override{0};
 std::atomic<std::int32_t> split_units_setting{0};
 
 // Split units a split event of `events` takes (params.hpp): kSplitUnits (one slice a group) while the
-// step's split blocks fit the SMs at once, halved — each group folding twice the slices — until they
-// do. A T = 8K C128 prefill's 64 events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200).
+// step's blocks — the split blocks and the `other_blocks` after them (heads and ring items) — need
+// more waves of the SMs than with half the units, each group then folding twice the slices. A
+// T = 8K C128 prefill's 64 events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200); at 4
+// units its 17 ring pieces still started ≈ 11 µs late, in a second wave. (Decode steps, whose heads
+// and ring items alone may fill a wave, keep their units unless that saves one.)
 template <class Config>
-int split_units_for(std::int64_t events) {
+int split_units_for(std::int64_t events, std::int64_t other_blocks) {
   const int set = split_units_setting.load(std::memory_order_relaxed);
   if (set != 0) return Config::kSplitUnits % set == 0 ? set : Config::kSplitUnits;
   const std::int64_t slots = static_cast<std::int64_t>(multiprocessor_count()) * Config::kMinBlocksPerSM;
+  const auto waves = [&](int units) { return (events * units + other_blocks + slots - 1) / slots; };
   int units = Config::kSplitUnits;
-  while (units > 1 && events * units > slots) units /= 2;
+  while (units > 1 && waves(units / 2) < waves(units)) units /= 2;
   return units;
 }
 
@@ -270,8 +274,12 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_events = reinterpret_cast<const compressor::SplitEvent*>(base + layout.split_events_offset);
     p.split_counters = reinterpret_cast<std::int32_t*>(writable + layout.split_counters_offset);
     p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
-    p.split_units = spec.width == 512 ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events)
-                                      : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events);
+    // (A split unit is one block, as is every other unit of a long window: config.hpp.)
+    const std::int64_t other_blocks =
+        layout.num_items + static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
+    p.split_units = spec.width == 512
+                        ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events, other_blocks)
+                        : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events, other_blocks);
   }
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
