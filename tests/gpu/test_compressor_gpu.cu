@@ -64,6 +64,21 @@ std::vector<T> host_vector(const Tensor& t) {
   return std::vector<T>(p, p + h.numel());
 }
 
+// A launch setting changed through `set` (which returns the one in force before) for the rest of a
+// scope, and put back when the scope ends — also when an assertion returns early.
+template <class T>
+class ScopedSetting {
+ public:
+  ScopedSetting(T (*set)(T), T value) : set_(set), before_(set(value)) {}
+  ~ScopedSetting() { set_(before_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
+
+ private:
+  T (*set_)(T);
+  T before_;
+};
+
 std::vector<std::uint8_t> state_bytes(const CompressorStatePool& pool) { return host_vector<std::uint8_t>(pool.storage()); }
 
 // The compressed rows behind a written cache entry, GPU and CPU (for the failure messages).
@@ -773,11 +788,8 @@ TEST_P(CompressorGpu, SanitizeOnlineStagingsAgree) {
   // pipeline's prologue with fewer batches than stages), then bodies.
   const std::int64_t first = m > 32 ? m - 25 : m / 2 + 1, second = m + 3 + (m - first);
   const std::vector<std::int64_t> chunked = {first, second, stream.tokens - first - second};
-  struct Restore {
-    OnlineStages before;
-    ~Restore() { cuda::set_online_stages(before); }
-  };
-  const Restore restore{cuda::set_online_stages(OnlineStages::TwoStages)};
+  EXPECT_THROW(cuda::set_online_stages(static_cast<OnlineStages>(3)), Error) << "no such staging";
+  const ScopedSetting<OnlineStages> stages(cuda::set_online_stages, OnlineStages::TwoStages);
   const RunResult two_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult two_chunked = run_gpu_chunks(s, stream, chunked, page_size);
   cuda::set_online_stages(OnlineStages::Deep);
@@ -826,10 +838,12 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   // Every split unit count (cuda::set_split_units: each group folding 1..8 slices) writes the same bytes.
   EXPECT_THROW(cuda::set_split_units(3), Error) << "not a power of two";
   for (const int units : {1, 2, 4, 8}) {
-    const int before = cuda::set_split_units(units);
-    const RunResult forced = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
-    const RunResult forced_mixed = run_gpu_chunks(s, stream, sizes, page_size);
-    cuda::set_split_units(before);
+    RunResult forced, forced_mixed;
+    {
+      const ScopedSetting<int> split_units(cuda::set_split_units, units);
+      forced = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+      forced_mixed = run_gpu_chunks(s, stream, sizes, page_size);
+    }
     expect_same_run(forced, whole, "the split kernel at " + std::to_string(units) + " units");
     expect_same_run(forced_mixed, whole, "mixed kernels at " + std::to_string(units) + " units");
   }
@@ -883,11 +897,7 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
   const Stream stream = random_stream(rng, s, 70 * m + m / 2 + 1);
   const int page_size = 8 * s.ratio;
   const std::vector<std::int64_t> chunked = random_chunks(rng, stream.tokens, 3 * m + 9);
-  struct Restore {  // the schedule in force before, also when an assertion returns early
-    ShortWindowPrefill before;
-    ~Restore() { cuda::set_short_window_prefill(before); }
-  };
-  const Restore restore{cuda::set_short_window_prefill(ShortWindowPrefill::FourBlocksPerSM)};
+  const ScopedSetting<ShortWindowPrefill> schedule(cuda::set_short_window_prefill, ShortWindowPrefill::FourBlocksPerSM);
   const RunResult four_whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
   const RunResult four_chunked = run_gpu_chunks(s, stream, chunked, page_size);
   cuda::set_short_window_prefill(ShortWindowPrefill::FiveBlocksPerSM);

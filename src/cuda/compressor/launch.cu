@@ -112,11 +112,12 @@ std::atomic<std::int32_t> short_window_prefill_override{0};
 std::atomic<std::int32_t> split_units_setting{0};
 
 // Split units a split event of `events` takes (params.hpp): kSplitUnits (one slice a group) while the
-// step's blocks — the split blocks and the `other_blocks` after them (heads and ring items) — need
-// more waves of the SMs than with half the units, each group then folding twice the slices. A
-// T = 8K C128 prefill's 64 events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200); at 4
-// units its 17 ring pieces still started ≈ 11 µs late, in a second wave. (Decode steps, whose heads
-// and ring items alone may fill a wave, keep their units unless that saves one.)
+// step's blocks — the split blocks and the `other_blocks` after them — need more waves of the SMs
+// than with half the units, each group then folding twice the slices. A T = 8K C128 prefill's 64
+// events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200); at 4 units its 17 ring pieces
+// (other_blocks) still started ≈ 11 µs late, in a second wave. A decode step's heads and ring items
+// are short blocks, so the caller counts none for it: saving a wave of them by lengthening every
+// event's chain was a loss (B = 256, n = 8 at one unit: 18.4 → 26.7 µs).
 template <class Config>
 int split_units_for(std::int64_t events, std::int64_t other_blocks) {
   const int set = split_units_setting.load(std::memory_order_relaxed);
@@ -147,6 +148,10 @@ int set_split_units(int units) {
 }
 
 compressor::OnlineStages set_online_stages(compressor::OnlineStages stages) {
+  using compressor::OnlineStages;
+  require(stages == OnlineStages::Automatic || stages == OnlineStages::TwoStages || stages == OnlineStages::Deep,
+          "stages", "the online kernel's staging must be Automatic, TwoStages or Deep, got " +
+                        std::to_string(static_cast<std::int32_t>(stages)));
   return static_cast<compressor::OnlineStages>(online_stages_choice.exchange(static_cast<std::int32_t>(stages)));
 }
 
@@ -274,9 +279,11 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_events = reinterpret_cast<const compressor::SplitEvent*>(base + layout.split_events_offset);
     p.split_counters = reinterpret_cast<std::int32_t*>(writable + layout.split_counters_offset);
     p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
-    // (A split unit is one block, as is every other unit of a long window: config.hpp.)
+    // (A split unit is one block, as is every other unit of a long window: config.hpp.) A prefill's
+    // ring pieces (more than one a request) write many rows each; a decode step's blocks are short.
     const std::int64_t other_blocks =
-        layout.num_items + static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
+        layout.ring_pieces > 1 ? layout.num_items + static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces
+                               : 0;
     p.split_units = spec.width == 512
                         ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events, other_blocks)
                         : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events, other_blocks);

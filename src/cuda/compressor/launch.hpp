@@ -102,8 +102,9 @@ compressor::ShortWindowPrefill set_short_window_prefill(compressor::ShortWindowP
 int set_split_units(int units);
 
 // The online kernel's staging: Automatic (the default) runs steps with body items and at most one
-// block a SM with the deep staging (OnlineConfig, config.hpp), others with two stages. Both write the same bytes; tests
-// compare them. Returns the choice in force before.
+// block a SM with the deep staging (OnlineConfig, config.hpp), others with two stages. Both write the
+// same bytes; tests compare them. Returns the choice in force before. Throws Error("stages") for a
+// value that is none of OnlineStages' three.
 compressor::OnlineStages set_online_stages(compressor::OnlineStages stages);
 
 // plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.

@@ -102,13 +102,13 @@ inline constexpr int kMaxSplitEvents = 128;
 
 enum class OutputKind : std::int32_t { Attention = 0, IndexerFP8 = 1, IndexerFP4 = 2 };
 
-// Which instantiation of the short-window (C4) two-pass kernel runs the steps that have body items
-// (prefill, chunked prefill; launch.cu). All three write the same bytes. Decode steps (one item per
-// request) run FiveBlocksPerSMLean when it is chosen, else FourBlocksPerSM.
 // The online kernel's staging (config.hpp, OnlineConfig): Automatic (launch.cu) takes Deep for steps
 // with body items and at most one block a SM, else TwoStages. Both write the same bytes.
 enum class OnlineStages : std::int32_t { Automatic = 0, TwoStages = 2, Deep = 8 };
 
+// Which instantiation of the short-window (C4) two-pass kernel runs the steps that have body items
+// (prefill, chunked prefill; launch.cu). All three write the same bytes. Decode steps (one item per
+// request) run FiveBlocksPerSMLean when it is chosen, else FourBlocksPerSM.
 enum class ShortWindowPrefill : std::int32_t {
   FourBlocksPerSM = 4,  // TwoPassConfig<c, false> (≤ 128 registers)
   FiveBlocksPerSM = 5,  // TwoPassFiveBlocksConfig<c> (≤ 96 registers)
