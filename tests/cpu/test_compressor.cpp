@@ -245,6 +245,42 @@ TEST(CompressorRingPieces, PiecesVisitEveryRoundOnce) {
   }
 }
 
+// The split units' rule (cuda/compressor/params.hpp, split_units_by_waves): a power of two in
+// [1, max], the old rule's units (the largest whose split blocks fit the slots) when nothing else is
+// in the grid, and never more waves than at the units it started from; and a T = 8K C128 prefill on an
+// H200 (64 events, 18 heads and ring pieces, 264 slots) takes 2 units, one wave, where the split
+// blocks alone would have taken 4 and two waves.
+TEST(CompressorSplitUnits, HalvedWhileThatSavesAWave) {
+  using cuda::compressor::split_units_by_waves;
+  const auto waves = [](std::int64_t events, int units, std::int64_t other, std::int64_t slots) {
+    return (events * units + other + slots - 1) / slots;
+  };
+  long checked = 0, halved_for_others = 0;
+  for (const int max_units : {4, 8}) {
+    for (const std::int64_t slots : {132, 264, 528}) {
+      for (std::int64_t events = 1; events <= 600; events += 1 + events / 16) {
+        int old_rule = max_units;
+        while (old_rule > 1 && events * old_rule > slots) old_rule /= 2;
+        ASSERT_EQ(split_units_by_waves(events, 0, slots, max_units), old_rule) << events << " events";
+        for (std::int64_t other = 0; other <= 1200; other += 1 + other / 8) {
+          const int units = split_units_by_waves(events, other, slots, max_units);
+          ASSERT_TRUE(units >= 1 && units <= max_units && (units & (units - 1)) == 0) << units;
+          ASSERT_LE(waves(events, units, other, slots), waves(events, max_units, other, slots));
+          if (units > 1) {  // stopped where halving saves no wave
+            ASSERT_EQ(waves(events, units / 2, other, slots), waves(events, units, other, slots));
+          }
+          halved_for_others += units < split_units_by_waves(events, 0, slots, max_units);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000);
+  EXPECT_GT(halved_for_others, 100);  // the other blocks do change the choice somewhere
+  EXPECT_EQ(split_units_by_waves(64, 18, 264, 8), 2);
+  EXPECT_EQ(split_units_by_waves(64, 0, 264, 8), 4);
+}
+
 // SPEC §4: the online recurrence equals the two-pass softmax to float32 rounding.
 TEST(CompressorOnline, AgreesWithTwoPassWithin1e5) {
   std::mt19937_64 rng(testing::fresh_seed());

@@ -111,22 +111,18 @@ std::atomic<std::int32_t> short_window_prefill_override{0};
 // set_split_units' setting; 0: automatic.
 std::atomic<std::int32_t> split_units_setting{0};
 
-// Split units a split event of `events` takes (params.hpp): kSplitUnits (one slice a group) while the
-// step's blocks — the split blocks and the `other_blocks` after them — need more waves of the SMs
-// than with half the units, each group then folding twice the slices. A T = 8K C128 prefill's 64
-// events at 8 units ran two waves of ≈ 8 µs at 2 blocks a SM (H200); at 4 units its 17 ring pieces
-// (other_blocks) still started ≈ 11 µs late, in a second wave. A decode step's heads and ring items
-// are short blocks, so the caller counts none for it: saving a wave of them by lengthening every
-// event's chain was a loss (B = 256, n = 8 at one unit: 18.4 → 26.7 µs).
+// Split units a split event of `events` takes: the setting if one is in force, else
+// split_units_by_waves (params.hpp) over the SMs' room. A T = 8K C128 prefill's 64 events at 8 units
+// ran two waves of ≈ 8 µs at 2 blocks a SM (H200); at 4 units its 17 ring pieces (other_blocks)
+// still started ≈ 11 µs late, in a second wave. A decode step's heads and ring items are short
+// blocks, so the caller counts none for it: saving a wave of them by lengthening every event's chain
+// was a loss (B = 256, n = 8 at one unit: 18.4 → 26.7 µs).
 template <class Config>
 int split_units_for(std::int64_t events, std::int64_t other_blocks) {
   const int set = split_units_setting.load(std::memory_order_relaxed);
   if (set != 0) return Config::kSplitUnits % set == 0 ? set : Config::kSplitUnits;
   const std::int64_t slots = static_cast<std::int64_t>(multiprocessor_count()) * Config::kMinBlocksPerSM;
-  const auto waves = [&](int units) { return (events * units + other_blocks + slots - 1) / slots; };
-  int units = Config::kSplitUnits;
-  while (units > 1 && waves(units / 2) < waves(units)) units /= 2;
-  return units;
+  return compressor::split_units_by_waves(events, other_blocks, slots, Config::kSplitUnits);
 }
 
 // set_online_stages' choice (OnlineStages::Automatic unless set).

@@ -83,6 +83,21 @@ constexpr bool online_bodies_keep_snapshots(std::int64_t prefix, std::int64_t en
   return same_slot > end;
 }
 
+// The units a split event takes (launch.cu, split_units_for): `max_units` (one slice a group) while
+// the step's blocks — events · units split blocks and `other_blocks` after them — need more waves of
+// the `slots` (SMs · blocks a SM) than with half the units, each group then folding twice the
+// slices. Halving stops at the first halving that saves no wave: a wave saved further down would
+// cost every event's chain more than it gains (launch.cu counts only a prefill's long ring pieces
+// in other_blocks). A power of two in [1, max_units]; with no other blocks, the largest units whose
+// split blocks fit the slots (or 1). Plain C++ for the host's tests (test_compressor.cpp).
+constexpr int split_units_by_waves(std::int64_t events, std::int64_t other_blocks, std::int64_t slots,
+                                   int max_units) {
+  const auto waves = [&](int units) { return (events * units + other_blocks + slots - 1) / slots; };
+  int units = max_units;
+  while (units > 1 && waves(units / 2) < waves(units)) units /= 2;
+  return units;
+}
+
 // An event computed by split units: its request and entry page (copies, so a split unit's first load
 // is its only metadata load) and the event index. 64 bytes.
 struct SplitEvent {
