@@ -53,6 +53,48 @@ __device__ __forceinline__ void to_array(float4 v, float (&out)[4]) {
   out[3] = v.w;
 }
 
+// A chain of `batches` batches of copies through kStages staging stages, each thread its own
+// cp.async groups: copies_start issues the first copies before batch 0 is read, copies_before_batch
+// (b) the copies of batch b + kStages − 1 — into the stage batch b − 1 used, whose reads are done —
+// and waits for batch b's. `copy(b)` issues and commits batch b's group. Two stages: batch 0 first,
+// then one ahead; deeper: kStages − 1 ahead, an empty group where no batch is left keeping every wait
+// at kStages − 1 groups. One stage: the caller copies batch b + 1 after its reads of batch b.
+template <int kStages, class Copy>
+__device__ __forceinline__ void copies_start(int batches, const Copy& copy) {
+  if constexpr (kStages <= 2) {
+    copy(0);
+  } else {
+#pragma unroll
+    for (int b = 0; b < kStages - 1; ++b) {
+      if (b == 0 || b < batches) {  // (batches ≥ 1)
+        copy(b);
+      } else {
+        ptx::cp_async_commit();
+      }
+    }
+  }
+}
+template <int kStages, class Copy>
+__device__ __forceinline__ void copies_before_batch(int b, int batches, const Copy& copy) {
+  if constexpr (kStages == 1) {
+    ptx::cp_async_wait<0>();
+  } else if constexpr (kStages == 2) {
+    if (b + 1 < batches) {
+      copy(b + 1);
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+  } else {
+    if (b + kStages - 1 < batches) {
+      copy(b + kStages - 1);
+    } else {
+      ptx::cp_async_commit();
+    }
+    ptx::cp_async_wait<kStages - 1>();  // batch b has landed
+  }
+}
+
 // ---- barriers and reductions -----------------------------------------------------------------
 
 template <class Config>

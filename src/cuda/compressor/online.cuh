@@ -112,33 +112,10 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
     score_next += kBatch * rows.score_stride;
   };
   if (batches == 0) return;
-  constexpr int kAhead = Config::kStages - 1;
-  // An empty group where there is no batch left to copy keeps every wait at kAhead groups.
-#pragma unroll
-  for (int b = 0; b < kAhead; ++b) {
-    if (b == 0 || b < batches) {  // (batches ≥ 1)
-      copy_batch(b);
-    } else {
-      ptx::cp_async_commit();
-    }
-  }
+  copies_start<Config::kStages>(batches, copy_batch);
   int in_block = first_in_block;
   for (int b = 0; b < batches; ++b) {
-    if constexpr (kAhead == 1) {  // (the two-stage kernel's code as it was measured)
-      if (b + 1 < batches) {
-        copy_batch(b + 1);
-        ptx::cp_async_wait<1>();
-      } else {
-        ptx::cp_async_wait<0>();
-      }
-    } else {
-      if (b + kAhead < batches) {  // into the stage of batch b − 1, whose rows have been used
-        copy_batch(b + kAhead);
-      } else {
-        ptx::cp_async_commit();
-      }
-      ptx::cp_async_wait<kAhead>();  // batch b has landed
-    }
+    copies_before_batch<Config::kStages>(b, batches, copy_batch);
     const int stage = b % Config::kStages;
     const auto apply_row = [&](int u) {
       float values[4], scores[4];

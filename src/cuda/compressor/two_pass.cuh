@@ -217,18 +217,9 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     }
     ptx::cp_async_commit();
   };
-  copy_batch(0);
+  copies_start<Config::kStages>(batches, copy_batch);
   for (int b = 0; b < batches; ++b) {
-    if constexpr (Config::kStages > 1) {
-      if (b + 1 < batches) {
-        copy_batch(b + 1);
-        ptx::cp_async_wait<1>();
-      } else {
-        ptx::cp_async_wait<0>();
-      }
-    } else {
-      ptx::cp_async_wait<0>();
-    }
+    copies_before_batch<Config::kStages>(b, batches, copy_batch);
     const int stage = b % Config::kStages;
     // Scores first (their batch maximum rescales the running sums), values read back per row.
     float scores[kBatch][4];
