@@ -237,9 +237,8 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.num_items = item_begin.back();
   layout.one_item_per_request = layout.num_items == layout.num_requests;
   layout.ring_pieces = spec.online ? 0 : ring_pieces;
-  const std::int64_t ring_items = static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
-  require(layout.num_items + ring_items <= std::numeric_limits<std::int32_t>::max(), "batch",
-          "the step has " + std::to_string(layout.num_items + ring_items) +
+  require(layout.num_items + layout.ring_items() <= std::numeric_limits<std::int32_t>::max(), "batch",
+          "the step has " + std::to_string(layout.num_items + layout.ring_items()) +
               " work items, more than one CUDA grid holds");
   layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
   layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
@@ -277,9 +276,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
     // (A split unit is one block, as is every other unit of a long window: config.hpp.) A prefill's
     // ring pieces (more than one a request) write many rows each; a decode step's blocks are short.
-    const std::int64_t other_blocks =
-        layout.ring_pieces > 1 ? layout.num_items + static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces
-                               : 0;
+    const std::int64_t other_blocks = layout.ring_pieces > 1 ? layout.num_items + layout.ring_items() : 0;
     p.split_units = spec.width == 512
                         ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events, other_blocks)
                         : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events, other_blocks);
@@ -309,7 +306,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     std::memcpy(p.inline_metadata + inline_used, layout.bytes.data() + layout.split_events_offset, split_bytes);
   }
   p.ring_pieces = std::max(layout.ring_pieces, 1);
-  p.ring_items = static_cast<std::int64_t>(layout.num_requests) * layout.ring_pieces;
+  p.ring_items = layout.ring_items();
   p.ratio = spec.ratio;
   p.overlap = spec.overlap ? 1 : 0;
   p.max_rollback = spec.max_rollback;

@@ -44,6 +44,9 @@ struct CompressStepLayout {
   std::int32_t split_events = 0;    // head events computed by split units (0: the prefill kernel)
   std::int32_t ring_pieces = 0;     // ring items per request (params.hpp; 0: online, no ring items)
   bool one_item_per_request = false;
+
+  // The ring items after the heads and bodies in the grid (KernelParams::ring_items).
+  std::int64_t ring_items() const { return static_cast<std::int64_t>(num_requests) * ring_pieces; }
 };
 
 // Checks the CUDA-specific requirements and builds the metadata of the step `args` describes.
