@@ -626,11 +626,12 @@ __device__ __forceinline__ void write_ring_staged(const KernelParams& p, const R
 // A ring item's write of the rows the ring must hold after the step (the last R positions seen), from
 // the new rows. In a decode step (one item per request, one ring item a request: ring_pieces = 1),
 // more vectors a thread than one round of registers (C4: 3 tokens and up) go through the staging
-// slots, where ape is L1-resident (short windows). Measured on the H200 at 4 tokens, same call: C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8,
-// B=1024 41.9 → 38.0, C4-128 B=256 11.9 → 10.3; with staged ape (C128) the step at B = 1024 took
-// +66%. A head writing its own ring (after its reads) calls write_ring_direct, so the staged loop is
-// inlined once and rolled: unrolled and inlined at both call sites it made the lean kernel's code 85%
-// larger and prefill C4-128 T=64K 57 → 70 µs (the events' instruction fetch); rolled, still 42%.
+// slots, where ape is L1-resident (short windows). Measured on the H200 at 4 tokens, same call:
+// C4-512 B=1 10.8 → 9.2 µs, B=256 16.7 → 13.8, B=1024 41.9 → 38.0, C4-128 B=256 11.9 → 10.3; with
+// staged ape (C128) the step at B = 1024 took +66%. A head writing its own ring (after its reads)
+// calls write_ring_direct, so the staged loop is inlined once and rolled: unrolled and inlined at
+// both call sites it made the lean kernel's code 85% larger and prefill C4-128 T=64K 57 → 70 µs (the
+// events' instruction fetch); rolled, still 42%.
 template <class Config>
 __device__ __forceinline__ void write_ring(const KernelParams& p, const RingRows& rows, const StepRequest& r, int thread,
                                            const Staging<Config>& staging, int piece) {
