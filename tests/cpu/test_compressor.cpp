@@ -156,13 +156,13 @@ TEST(CompressorFastDivisor, DividesExactly) {
 }
 
 // The online kernel's snapshot writes (cuda/compressor/online.cuh), modelled item by item with the
-// kernel's own rule (params.hpp, online_bodies_keep_snapshots): the head runs the first block (from
-// the prefix), body e runs block prefix/m + e from its first row, and the head re-runs the rest. Every
-// kept count (the last max_rollback + 1, none at or below the prefix) is written exactly once, by an
-// item whose chain reached that row; and while the head reads its starting snapshot (a mid-block
-// prefix), no body writes that slot.
-TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSlotIsNeverOverwritten) {
-  long checked_steps = 0, steps_with_body_snapshots = 0, steps_with_head_fallback = 0;
+// kernel's own rule (params.hpp, online_kept_counts): the head runs the first block (from the
+// prefix), body e runs block prefix/m + e from its first row, and the head re-runs the last, partial
+// block. Every kept count (the last max_rollback + 1, none at or below the prefix) is written exactly
+// once, by an item whose chain reached that row; and the rule has a mid-block head's starting
+// snapshot saved first exactly where a body writes its slot.
+TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSnapshotIsSaved) {
+  long checked_steps = 0, steps_with_body_snapshots = 0, steps_saving = 0, bodies_on_the_heads_slot = 0;
   for (const int m : {1, 2, 3, 4, 8, 16, 128}) {
     for (const int max_rollback : {0, 1, 2, 7, 8, 15}) {
       const int slots = max_rollback + 1;
@@ -170,55 +170,57 @@ TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSlotIsNeverOv
         for (std::int64_t tokens = 1; tokens <= 5 * m + 20; ++tokens) {
           const std::int64_t end = prefix + tokens;
           const int events = static_cast<int>(end / m - prefix / m);
-          const std::int64_t first_block_start = prefix / m * m;
-          const std::int64_t first_block_end = std::min(end, first_block_start + m);
-          const std::int64_t keep_from = std::max(end - max_rollback, prefix + 1);
-          const bool bodies_keep = cuda::compressor::online_bodies_keep_snapshots(
-              prefix, end, events, slots, keep_from, first_block_start, first_block_end);
+          const cuda::compressor::OnlineKeptCounts kept =
+              cuda::compressor::online_kept_counts(prefix, tokens, events, m, max_rollback);
+          ASSERT_EQ(kept.keep_from, std::max(end - max_rollback, prefix + 1));
+          ASSERT_EQ(kept.first_block_start, prefix / m * m);
+          ASSERT_EQ(kept.first_block_end, std::min(end, prefix / m * m + m));
           std::vector<int> writes(static_cast<std::size_t>(end + 1), 0);
           std::vector<bool> by_body(writes.size(), false);
           // Counts (from, to] that the rows [from, to) bring, written where kept.
           const auto run = [&](std::int64_t from, std::int64_t to, bool body) {
             for (std::int64_t count = from + 1; count <= to; ++count) {
-              if (count < keep_from) continue;
+              if (count < kept.keep_from) continue;
               ++writes[static_cast<std::size_t>(count)];
               by_body[static_cast<std::size_t>(count)] = body;
             }
           };
-          run(prefix, first_block_end, false);  // the head's first block
+          run(prefix, kept.first_block_end, false);  // the head's first block
           for (int e = 1; e < events; ++e) {
             const std::int64_t start = (prefix / m + e) * m;
-            if (bodies_keep) run(start, start + m, true);
+            run(start, start + m, true);
           }
-          if (first_block_end < end) {  // the head's re-run, from a block's first row
-            const std::int64_t first_kept_row = std::max(keep_from - 1, first_block_end);
-            const std::int64_t rerun_from = (bodies_keep ? end : first_kept_row) / m * m;
-            ASSERT_GE(rerun_from, first_block_end);
+          if (kept.first_block_end < end) {  // the head's re-run of the last, partial block
+            const std::int64_t rerun_from = end / m * m;
+            ASSERT_GE(rerun_from, kept.first_block_end);
             if (rerun_from < end) run(rerun_from, end, false);
           }
           const std::string where = "m " + std::to_string(m) + " R " + std::to_string(slots) + " prefix " +
                                     std::to_string(prefix) + " tokens " + std::to_string(tokens);
-          bool any_body = false;
+          bool any_body = false, body_on_the_heads_slot = false;
           for (std::int64_t count = prefix + 1; count <= end; ++count) {
-            const bool kept = count >= keep_from;
-            ASSERT_EQ(writes[static_cast<std::size_t>(count)], kept ? 1 : 0) << where << " count " << count;
+            const bool kept_count = count >= kept.keep_from;
+            ASSERT_EQ(writes[static_cast<std::size_t>(count)], kept_count ? 1 : 0) << where << " count " << count;
             if (!by_body[static_cast<std::size_t>(count)]) continue;
             any_body = true;
-            if (prefix != first_block_start) {
-              ASSERT_NE(count % slots, prefix % slots) << where << ": a body overwrites the head's snapshot";
-            }
+            // (The head itself writes only after reading its snapshot.)
+            if (prefix != kept.first_block_start && count % slots == prefix % slots) body_on_the_heads_slot = true;
           }
+          // Saved exactly where a body would overwrite the head's snapshot.
+          ASSERT_EQ(kept.start_saved, body_on_the_heads_slot) << where;
+          bodies_on_the_heads_slot += body_on_the_heads_slot;
           ++checked_steps;
           steps_with_body_snapshots += any_body;
-          steps_with_head_fallback += !bodies_keep;
+          steps_saving += kept.start_saved;
         }
       }
     }
   }
-  // Both rules were reached (the sweep is not vacuous).
+  // Every rule was reached (the sweep is not vacuous).
   EXPECT_GT(steps_with_body_snapshots, 10000);
   EXPECT_GT(checked_steps, 1000000);
-  EXPECT_GT(steps_with_head_fallback, 1000);
+  EXPECT_GT(steps_saving, 1000);
+  EXPECT_GT(bodies_on_the_heads_slot, 1000);
 }
 
 // A two-pass prefill's ring write spread over ring pieces (cuda/compressor/config.hpp,

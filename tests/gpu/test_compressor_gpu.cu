@@ -573,13 +573,20 @@ void expect_same_run(const RunResult& got, const RunResult& want, const std::str
   EXPECT_TRUE(got.cache == want.cache) << what;
 }
 
-// A single request on the GPU through SingleRequestCompressor, fed in `chunks`.
+// A single request on the GPU through SingleRequestCompressor, fed in `chunks` (a negative chunk −n
+// rolls the last n tokens back; the caller keeps such rollbacks inside a block, so the compressed
+// rows still come once per entry).
 RunResult run_gpu_chunks(const CompressorSpec& spec, const Stream& s, const std::vector<std::int64_t>& chunks,
                          int page_size) {
   SingleRequestCompressor comp(spec, s.ape_view(), s.norm_view(), s.tokens, page_size, Device::CUDA);
   RunResult out;
   std::int64_t at = 0;
   for (const std::int64_t n : chunks) {
+    if (n < 0) {
+      comp.rollback(-n);
+      at += n;
+      continue;
+    }
     const auto appended = comp.append(s.kv_rows(at, n), s.score_rows(at, n));
     const float* p = appended.compressed.data_as<const float>();
     out.compressed.insert(out.compressed.end(), p, p + appended.compressed.numel());
@@ -801,6 +808,69 @@ TEST_P(CompressorGpu, SanitizeOnlineStagingsAgree) {
   expect_same_run(deep_chunked, two_whole, "deep staging, chunked");
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(deep_whole.compressed, cpu.compressed, s.width, "deep staging vs CPU");
+}
+
+// An online chunk starting inside a block with bodies, whose kept counts include one in the slot its
+// head reads its starting snapshot from, written by a body (params.hpp, online_kept_counts):
+// online_save_kernel copies that snapshot into the step's scratch before the step and the head reads
+// it there. The chunk ends on that count (the next chunk's head starts from it), or 3 tokens past it
+// and is rolled back to it; either way, under both stagings, the stream gives the bytes of the whole run, and the plan
+// claims the save. Small: in the sanitizer set (the scratch and the second kernel).
+TEST_P(CompressorGpu, SanitizeOnlineSavedStartSnapshot) {
+  using cuda::compressor::OnlineStages;
+  const CompressorSpec s = spec();
+  if (!s.online) GTEST_SKIP() << "online compressors only";
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t m = s.ratio, slots = s.max_rollback + 1;
+  ASSERT_GE(s.max_rollback, 3) << "test sizing: the rollback below";
+  const std::int64_t first = m > 32 ? m - 25 : m / 2 + 1;  // inside the first block
+  // A multiple of the slots (the chunk ends on the head's slot) with at least two events, ending on a
+  // block boundary (its last body writes that count; the rollback below returns to the boundary).
+  std::int64_t overwritten = m;  // the chunk's end: a body writes this count into the head's slot
+  while (overwritten - first < 2 * m + 3 || (overwritten - first) % slots != 0) {
+    overwritten += m;
+    ASSERT_LT(overwritten, 1000 * m) << "test sizing: no block boundary in the head's slot";
+  }
+  const std::int64_t second = overwritten - first;
+  const Stream stream = random_stream(rng, s, overwritten + m + 7);
+  const int page_size = 2 * s.ratio;
+  const auto kept = [&](std::int64_t tokens) {
+    const int events = static_cast<int>((first + tokens) / m - first / m);
+    return cuda::compressor::online_kept_counts(first, tokens, events, static_cast<int>(m), s.max_rollback);
+  };
+  ASSERT_TRUE(kept(second).start_saved);
+  ASSERT_TRUE(kept(second + 3).start_saved);
+  const std::int64_t rest = stream.tokens - overwritten;
+  const std::vector<std::int64_t> ending_on_it = {first, second, rest}, rolled_back = {first, second + 3, -3, rest};
+  const ScopedSetting<OnlineStages> stages(cuda::set_online_stages, OnlineStages::TwoStages);
+  const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  ASSERT_FALSE(whole.entries.empty());
+  for (const OnlineStages staging : {OnlineStages::TwoStages, OnlineStages::Deep}) {
+    cuda::set_online_stages(staging);
+    const std::string name = staging == OnlineStages::Deep ? "deep staging" : "two stages";
+    expect_same_run(run_gpu_chunks(s, stream, ending_on_it, page_size), whole, name + ", chunk ending on the count");
+    expect_same_run(run_gpu_chunks(s, stream, rolled_back, page_size), whole, name + ", rolled back to the count");
+  }
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(whole.compressed, cpu.compressed, s.width, "whole stream vs CPU");
+
+  // The plan: the saving chunk has the scratch, the others none.
+  Side side(s, Device::CUDA, stream.ape, stream.norm, 2, 8, page_size);
+  const int slot = side.pool.allocate();
+  const std::vector<std::int32_t> table = {1, 2, 3, 4, 5, 6, 7};
+  std::int64_t fed = 0;
+  const int w = s.row_width();
+  for (const std::int64_t n : ending_on_it) {
+    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
+    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
+    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
+    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
+    const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+    const cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(s, plan, rows, side));
+    EXPECT_EQ(layout.online_saved, n == second) << "chunk of " << n << " at " << fed;
+    compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+    fed += n;
+  }
 }
 
 // Two-pass long windows (C128) have two kernels: steps of ≤ 128 events whose ring items can all write

@@ -185,6 +185,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   std::int32_t ring_pieces = 1;  // config.hpp, ring_write_pieces: from the longest write of a request
   const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, has_long_window(spec));
   std::vector<std::int32_t> pages;
+  bool online_saved = false;  // some head's starting snapshot is saved in the scratch (params.hpp)
   const int per_page = a.entries_per_page;
   for (const PlannedRequest& r : plan.requests) {
     if (r.new_tokens == 0) continue;  // nothing to read or write (also every padding request)
@@ -224,6 +225,11 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
       event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
       split.push_back(event);
     }
+    if (spec.online) {
+      online_saved = online_saved ||
+                     compressor::online_kept_counts(s.prefix, s.new_tokens, s.num_events, spec.ratio, spec.max_rollback)
+                         .start_saved;
+    }
     requests.push_back(s);
     item_begin.push_back(item_begin.back() + 1 + (r.num_events - head));
   }
@@ -255,6 +261,13 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.split_partials_offset = align16(layout.bytes.size());
   layout.device_bytes = layout.split_partials_offset + split.size() * compressor::kMaxSplitSlices * 3 *
                                                            static_cast<std::size_t>(spec.width) * sizeof(float);
+  // (Online steps have no split events: their scratch starts where the partials would.)
+  layout.online_saved = online_saved;
+  layout.online_saved_offset = layout.split_partials_offset;
+  if (online_saved) {
+    layout.device_bytes = layout.online_saved_offset +
+                          requests.size() * 3 * static_cast<std::size_t>(spec.width) * sizeof(float);
+  }
   return layout;
 }
 
@@ -280,6 +293,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_units = spec.width == 512
                         ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events, other_blocks)
                         : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events, other_blocks);
+  }
+  if (layout.online_saved) {
+    p.online_saved = reinterpret_cast<float*>(static_cast<std::uint8_t*>(device_layout) + layout.online_saved_offset);
   }
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;

@@ -21,7 +21,8 @@ namespace dsv4::cuda {
 // One step's device metadata: [StepRequest × num_requests | int64 item_begin × (num_requests + 1) |
 // int32 pages | SplitEvent × split_events | int32 counters × split_events (zero)], each section
 // 16-byte aligned, uploaded with a single copy (params.hpp); then, not uploaded, the split events'
-// partials scratch up to device_bytes. The device buffer must hold device_bytes.
+// partials scratch, or an online step's saved starting snapshots (params.hpp, online_kept_counts), up
+// to device_bytes. The device buffer must hold device_bytes.
 //
 // Path rule: a two-pass long-window step (C128, windows of ≤ 128 candidates) with 1..kMaxSplitEvents
 // (128) events, all of whose ring items can write in parallel with the events (no event reads a ring
@@ -38,7 +39,9 @@ struct CompressStepLayout {
   std::size_t split_events_offset = 0;
   std::size_t split_counters_offset = 0;
   std::size_t split_partials_offset = 0;  // ≥ bytes.size()
-  std::size_t device_bytes = 0;           // size of the device buffer: bytes + the partials scratch
+  std::size_t online_saved_offset = 0;    // ≥ bytes.size(); used where online_saved
+  std::size_t device_bytes = 0;           // size of the device buffer: bytes + the scratch
+  bool online_saved = false;              // an online step saving a head's snapshot (num_requests × 3·c floats)
   std::int32_t num_requests = 0;    // requests bringing ≥ 1 token
   std::int64_t num_items = 0;       // work items (0: nothing to launch)
   std::int32_t split_events = 0;    // head events computed by split units (0: the prefill kernel)

@@ -52,7 +52,7 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 }
 
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
-//   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
+//   online: the online variant (after online_save_kernel where params.online_saved is set); long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0 (long windows only): the split (decode) instantiation;
 //   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one
 //   or FourBlocksPerSM); online_stages: the online kernel's (TwoStages or Deep, launch.cu).
@@ -60,6 +60,11 @@ template <int kWidth>
 cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, ShortWindowPrefill short_window,
                          OnlineStages online_stages, cudaStream_t stream) {
   if (online) {
+    // A step that saves a head's starting snapshot (params.hpp, online_kept_counts) copies it first.
+    if (params.online_saved != nullptr) {
+      online_save_kernel<kWidth><<<static_cast<unsigned>(params.num_requests), 128, 0, stream>>>(params);
+      if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+    }
     using Deep = OnlineConfig<kWidth, kOnlineDeepStages>;
     if (online_stages == OnlineStages::Deep) return launch_items<Deep>(online_kernel<Deep>, params, stream);
     return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);

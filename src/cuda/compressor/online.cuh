@@ -4,14 +4,13 @@
 // L mod (max_rollback + 1), each [M (c) | S (c) | V (c)] float32.
 //
 // The recurrence is sequential per channel. A body item runs one whole block from its first row;
-// the head runs the first block (continuing from the snapshot when the prefix is mid-block). The
-// snapshots of the step's last max_rollback + 1 counts are written by whichever item runs their
-// rows — the head, or a body for counts in its block — and the head re-runs the step's last,
-// partial block (no event, so no body) from its first row. Where a body could write the slot the
-// head reads its starting snapshot from (params.hpp, online_bodies_keep_snapshots), the head writes
-// them all instead, re-running every block that holds one, as before. Every path applies the same
-// explicitly rounded float operations to the same rows, so the state and every entry are
-// bit-identical however the stream was chunked.
+// the head runs the first block (continuing from the snapshot when the prefix is mid-block), then
+// re-runs the step's last, partial block (no event, so no body) from its first row. The snapshots of
+// the step's last max_rollback + 1 counts are written in place by whichever item runs their rows.
+// Where one of them lands on the slot a mid-block head reads its starting snapshot from (params.hpp,
+// online_kept_counts), online_save_kernel copies that snapshot into the step's scratch first and the
+// head reads it there. Every path applies the same explicitly rounded float operations to the same
+// rows, so the state and every entry are bit-identical however the stream was chunked.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -167,47 +166,53 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const NewRows rows(p, r);
   const int m = p.ratio;
   float* snapshots = p.state + static_cast<std::int64_t>(r.slot) * p.records_per_slot * p.record_floats;
-  constexpr std::int64_t kNoSnapshots = INT64_MAX;
   OnlineState state = {};
-  // Snapshots to keep: the counts keep_from .. end (at most max_rollback + 1 of them).
+  const OnlineKeptCounts kept = online_kept_counts(r.prefix, r.new_tokens, r.num_events, m, p.max_rollback);
   const std::int64_t end = r.prefix + r.new_tokens;
-  const std::int64_t first_block_start = r.prefix / m * m;
-  const std::int64_t first_block_end = end < first_block_start + m ? end : first_block_start + m;
-  const std::int64_t keep_from = end - p.max_rollback > r.prefix + 1 ? end - p.max_rollback : r.prefix + 1;
-  const bool bodies_keep = online_bodies_keep_snapshots(r.prefix, end, r.num_events, p.records_per_slot, keep_from,
-                                                        first_block_start, first_block_end);
 
   if (place.index != 0) {
     // A body item: block `entry`, entirely in this step's rows, from its first row.
     const int event = static_cast<int>(place.index);
     const std::int64_t start = (r.prefix / m + event) * m;
-    run_rows<Config>(p, rows, start, start + m, bodies_keep ? keep_from : kNoSnapshots, snapshots, lane, staging,
-                     state);
+    run_rows<Config>(p, rows, start, start + m, kept.keep_from, snapshots, lane, staging, state);
     finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, event), norm, s_sum);
     return;
   }
 
   // The head.
-  if (r.prefix != first_block_start) {
+  if (r.prefix != kept.first_block_start) {
     const float* snapshot = snapshots + (r.prefix % p.records_per_slot) * p.record_floats;
+    if (kept.start_saved) {  // a body overwrites its slot during the step (the launch saved it first)
+      if (p.online_saved == nullptr) __trap();
+      snapshot = p.online_saved + static_cast<std::int64_t>(place.request_index) * 3 * c;
+    }
     to_array(load_once(snapshot + 4 * lane), state.max);
     to_array(load_once(snapshot + c + 4 * lane), state.sum);
     to_array(load_once(snapshot + 2 * c + 4 * lane), state.mean);
   }
-  run_rows<Config>(p, rows, r.prefix, first_block_end, keep_from, snapshots, lane, staging, state);
-  if (first_block_end == first_block_start + m) {
+  run_rows<Config>(p, rows, r.prefix, kept.first_block_end, kept.keep_from, snapshots, lane, staging, state);
+  if (kept.first_block_end == kept.first_block_start + m) {
     finish_event<Config>(p, state.mean, lane, true, entry_target(p, r, 0), norm, s_sum);
   }
-  // The kept counts past the first block that no body writes: re-run their block(s) from the first
-  // row (the bodies compute the same values for their events) — the last, partial block, or every
-  // block holding one when the bodies keep none.
-  // (Past the first block, the last block starts at or after its end: decode steps, inside their
-  // first block, divide nothing.)
-  if (first_block_end < end) {
-    const std::int64_t first_kept_row = keep_from - 1 > first_block_end ? keep_from - 1 : first_block_end;
-    const std::int64_t rerun_from = (bodies_keep ? end : first_kept_row) / m * m;
-    if (rerun_from < end) run_rows<Config>(p, rows, rerun_from, end, keep_from, snapshots, lane, staging, state);
+  // The step's last, partial block (its kept counts; the bodies wrote those of their blocks), re-run
+  // from its first row. (Past the first block it starts at or after that block's end: decode steps,
+  // inside their first block, divide nothing.)
+  if (kept.first_block_end < end) {
+    const std::int64_t rerun_from = end / m * m;
+    if (rerun_from < end) run_rows<Config>(p, rows, rerun_from, end, kept.keep_from, snapshots, lane, staging, state);
   }
+}
+
+// Before an online step whose plan saves a head's starting snapshot (launch.cu): block i copies
+// request i's, where online_kept_counts says so, from its slot into the scratch.
+template <int kWidth>
+__global__ void __launch_bounds__(128) online_save_kernel(const __grid_constant__ KernelParams p) {
+  const StepRequest r = step_request(p, static_cast<int>(blockIdx.x));
+  if (!online_kept_counts(r.prefix, r.new_tokens, r.num_events, p.ratio, p.max_rollback).start_saved) return;
+  const float4* from = reinterpret_cast<const float4*>(
+      p.state + (static_cast<std::int64_t>(r.slot) * p.records_per_slot + r.prefix % p.records_per_slot) * p.record_floats);
+  float4* to = reinterpret_cast<float4*>(p.online_saved + static_cast<std::int64_t>(blockIdx.x) * 3 * kWidth);
+  for (int v = static_cast<int>(threadIdx.x); v < 3 * kWidth / 4; v += static_cast<int>(blockDim.x)) to[v] = from[v];
 }
 
 }  // namespace dsv4::cuda::compressor

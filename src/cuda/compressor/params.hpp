@@ -67,20 +67,36 @@ constexpr int two_pass_head_events(bool overlap, std::int64_t prefix, bool insid
   return overlap ? (prefix > 0 ? (inside_block ? 2 : 1) : 0) : (inside_block ? 1 : 0);
 }
 
-// Online kernel (online.cuh): whether the body items write the kept snapshots of their blocks — the
-// counts keep_from .. end, in slot count mod `slots` — so that the head re-runs only the step's last,
-// partial block. Always when the head starts a block (prefix == first_block_start: it reads no
-// snapshot); otherwise only when no count from the first block's end on lands on the slot of
-// `prefix`, which the head reads while the bodies run. A request without bodies (num_events ≤ 1)
-// re-runs the same rows either way: decode steps skip the 64-bit modulo. Plain C++ for the host's
-// tests (test_compressor.cpp checks the partition of the kept counts and the slot rule).
-constexpr bool online_bodies_keep_snapshots(std::int64_t prefix, std::int64_t end, int num_events, int slots,
-                                            std::int64_t keep_from, std::int64_t first_block_start,
-                                            std::int64_t first_block_end) {
-  if (num_events <= 1 || prefix == first_block_start) return true;
-  const std::int64_t lowest = keep_from > first_block_end + 1 ? keep_from : first_block_end + 1;
-  const std::int64_t same_slot = lowest + ((prefix - lowest) % slots + slots) % slots;  // ≥ lowest, ≡ prefix
-  return same_slot > end;
+// Online kernel (online.cuh): which counts' snapshots a request keeps, and whether its head's
+// starting snapshot is saved before the step. The kept counts are keep_from .. end (the last
+// max_rollback + 1, none at or below the prefix), each written in place by the item that runs its
+// row: the head (its first block, then the step's last, partial block, re-run from its first row) or
+// a body (its whole block). A mid-block head reads its starting snapshot from slot prefix mod
+// `slots` while the bodies run; where a body's count lands on that slot (at most one kept count can:
+// they are at most `slots` consecutive ones), online_save_kernel copies
+// the snapshot into the step's scratch first and the head reads it there. Plain C++ for the host's
+// plan and tests (test_compressor.cpp checks the partition of the kept counts and the slot rule).
+struct OnlineKeptCounts {
+  std::int64_t keep_from = 0;          // first kept count
+  std::int64_t first_block_start = 0;  // the head's first block: [start, end)
+  std::int64_t first_block_end = 0;
+  bool start_saved = false;            // the head reads its starting snapshot from the scratch
+};
+constexpr OnlineKeptCounts online_kept_counts(std::int64_t prefix, std::int64_t new_tokens, int num_events, int ratio,
+                                              int max_rollback) {
+  const int slots = max_rollback + 1;
+  const std::int64_t end = prefix + new_tokens;
+  OnlineKeptCounts k;
+  k.keep_from = end - max_rollback > prefix + 1 ? end - max_rollback : prefix + 1;
+  k.first_block_start = prefix / ratio * ratio;
+  k.first_block_end = end < k.first_block_start + ratio ? end : k.first_block_start + ratio;
+  // No body (num_events ≤ 1: every decode step), or a head that reads no snapshot: nothing to save.
+  if (num_events <= 1 || prefix == k.first_block_start) return k;
+  // The lowest kept count past the first block in the head's slot (≥ lowest, ≡ prefix); the bodies
+  // write the counts up to the last block boundary (the head re-runs the rest, after its read).
+  const std::int64_t lowest = k.keep_from > k.first_block_end + 1 ? k.keep_from : k.first_block_end + 1;
+  k.start_saved = lowest + ((prefix - lowest) % slots + slots) % slots <= end / ratio * ratio;
+  return k;
 }
 
 // The units a split event takes (launch.cu, split_units_for): `max_units` (one slice a group) while
@@ -178,6 +194,9 @@ struct KernelParams : ref::CompressBuffers {
   // pages, or alone when those are in device memory); split_events is then not read.
   std::int32_t split_events_inline = 0;
   std::int32_t inline_split_offset = 0;
+  // Online steps where a head's starting snapshot is saved (online_kept_counts): [num_requests, 3·c]
+  // scratch, request i's at row i (copied by online_save_kernel before the step's kernel).
+  float* online_saved = nullptr;
   // Short-window lean instantiation only (ShortWindowPrefill::FiveBlocksPerSMLean): the
   // divisors of its per-event integer arithmetic (m, R = records_per_slot, B = entries_per_page).
   FastDivisor ratio_divisor, ring_divisor, page_divisor;
