@@ -12,8 +12,10 @@
 // random state. The step's kernel is captured in a CUDA graph
 // with its metadata already on the device (one upload per step serves every layer's compressors)
 // and the graph launch is timed; a second graph with the metadata upload from pinned memory in
-// front of the kernel is timed too ("with_upload_us"). Bytes = new rows + the window rows read
-// from the ring (or the snapshot) + state and cache writes. Each decode case also times 8 steps of its
+// front of the kernel is timed too ("with_upload_us"). C128 slots reach their prefixes by decode
+// steps from their open block's start (Step::warm_up), so their slice chains are complete, as in a
+// serving loop (runtime/slice_chains.hpp). Bytes = new rows + the window rows read from the ring (or
+// the snapshot; with chains, the completed slice's and the chains) + state and cache writes. Each decode case also times 8 steps of its
 // shape (other layers' state) in one graph: "per_step_in_layer_graph_us" (per_step_in_layer_graph_us()).
 // Checks: every 8K prefill and every decode step against the CPU reference (compressed rows within
 // 1e-5, ≥ 99.9% of cache bytes equal); the 64K/256K prefills' first 8K tokens bit-identical to the
@@ -132,9 +134,15 @@ struct Step {
     fill(state, seed, spec.online ? 0.5f : -3.0f, spec.online ? 2.0f : 3.0f);
     const int per_page = kPageSize / m;
     std::int32_t pages = 2;  // page 1: the (never written) page of logical pages no event writes
+    // Decode steps of C128 keep slice chains (runtime/slice_chains.hpp) in a serving loop: each
+    // slot starts at its open block's first token and is brought to its prefix by decode steps
+    // (warm_up), so its chains hold that block's complete slices, as they would in steady state.
+    const bool chained = new_tokens <= kChainSliceRows && cuda::slice_chain_floats(spec) > 0;
+    std::vector<std::int64_t> warm_tokens;
     for (std::int64_t prefix : prefixes) {
       const int slot = pool.allocate();
-      CompressorStateAccess::start_at(pool, slot, prefix);
+      CompressorStateAccess::start_at(pool, slot, chained ? prefix / m * m : prefix);
+      warm_tokens.push_back(chained ? prefix % m : 0);
       std::vector<std::int32_t> table(static_cast<std::size_t>((prefix + new_tokens) / m / per_page + 1), 1);
       for (std::int64_t e = prefix / m; e < (prefix + new_tokens) / m; ++e) {
         auto& page = table[static_cast<std::size_t>(e / per_page)];
@@ -143,6 +151,7 @@ struct Step {
       page_tables.push_back(std::move(table));
     }
     cache = make_compressed_cache(spec, kPageSize, pages, Device::CUDA);
+    if (chained) warm_up(warm_tokens, seed);
     for (int r = 0; r < requests; ++r) {
       batch.push_back(CompressRequest{r + 1, prefixes[static_cast<std::size_t>(r)], new_tokens, page_tables[static_cast<std::size_t>(r)]});
     }
@@ -152,6 +161,31 @@ struct Step {
     args = arguments(kv.data_as<const float>(), score.data_as<const float>(), ape.data_as<const float>(),
                      norm.data_as<const float>(), pool.storage().data_as<float>(), cache.storage().data_as<std::uint8_t>());
     layout = cuda::plan_compress_step(args);
+  }
+
+  // Brings slot r + 1 `tokens[r]` tokens further (none completes a block) in decode steps of up to 8
+  // tokens of random rows, through the API.
+  void warm_up(std::vector<std::int64_t> tokens, std::uint64_t seed) {
+    const CompressorWeights weights{ape.view(), norm.view()};
+    for (std::uint64_t round = 0;; ++round) {
+      CompressBatch warm;
+      for (std::size_t r = 0; r < tokens.size(); ++r) {
+        const std::int64_t n = std::min<std::int64_t>(tokens[r], kChainSliceRows);
+        if (n == 0) continue;
+        const int slot = static_cast<int>(r) + 1;
+        warm.push_back(CompressRequest{slot, pool.tokens(slot), n, {}});
+        tokens[r] -= n;
+      }
+      if (warm.empty()) return;
+      std::int64_t rows = 0;
+      for (const CompressRequest& r : warm) rows += r.new_tokens;
+      Tensor warm_kv = Tensor::empty(DType::F32, {rows, spec.row_width()}, Device::CUDA);
+      Tensor warm_score = Tensor::empty(DType::F32, {rows, spec.row_width()}, Device::CUDA);
+      fill(warm_kv, seed * 131 + 2 * round + 7, -2.0f, 2.0f);
+      fill(warm_score, seed * 131 + 2 * round + 8, -4.0f, 4.0f);
+      compress(spec, weights, warm, MatrixF32View::of(warm_kv.view(), "kv"), MatrixF32View::of(warm_score.view(), "score"),
+               pool, cache);
+    }
   }
 
   ref::CompressArgs arguments(const float* kv_p, const float* score_p, const float* ape_p, const float* norm_p,
@@ -166,6 +200,7 @@ struct Step {
     a.ape = ape_p;
     a.norm = norm_p;
     a.state = state_p;
+    a.chains = CompressorStateAccess::chains(pool);  // (device; the CPU reference never reads them)
     a.records_per_slot = pool.records_per_slot();
     a.record_floats = pool.record_floats();
     a.cache = cache_p;
@@ -178,7 +213,9 @@ struct Step {
   double bytes() const {
     const int m = spec.ratio, c = spec.width, w = spec.row_width();
     double total = static_cast<double>(plan.events.size()) * spec.layout().entry_bytes();
-    for (const PlannedRequest& r : plan.requests) {
+    const double chain_bytes = static_cast<double>(cuda::slice_chain_floats(spec)) * 4;  // a slot's chains
+    for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+      const PlannedRequest& r = plan.requests[i];
       const std::int64_t end = r.prefix_len + r.new_tokens;
       total += static_cast<double>(r.new_tokens) * 2 * w * 4;  // kv + score rows
       if (spec.online) {
@@ -187,6 +224,21 @@ struct Step {
         continue;
       }
       total += static_cast<double>(std::min<std::int64_t>(r.new_tokens, pool.records_per_slot())) * 2 * w * 4;
+      if (i < layout.chains_kept.size() && layout.chains_kept[i]) {
+        // Slice chains kept: the rows before the prefix of the slice the step completes (its block's
+        // last at an event), and the chains read (an event: all groups; a fold: one group's, unless the
+        // slice starts its group) and written (a fold).
+        const std::int64_t slice_start = end / kChainSliceRows * kChainSliceRows - kChainSliceRows;
+        if (end / kChainSliceRows > r.prefix_len / kChainSliceRows && slice_start < r.prefix_len) {
+          total += static_cast<double>(r.prefix_len - slice_start) * 2 * c * 4;
+        }
+        if (r.num_events > 0) {
+          total += chain_bytes;
+        } else if (end / kChainSliceRows > r.prefix_len / kChainSliceRows) {
+          total += 2 * 3.0 * c * 4;  // one group's chain, read and written
+        }
+        continue;
+      }
       // Window rows of the events that lie before the prefix (c kv + c score floats each).
       for (std::int64_t n = r.prefix_len / m; n < end / m; ++n) {
         const std::int64_t first = spec.overlap && n > 0 ? (n - 1) * m : n * m;
@@ -376,8 +428,10 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   const double code_warm_us = bench::time_us([&](cudaStream_t s) { kernel_only.launch(s); }, stream, code_warm);
   const double layer_graph_us = per_step_in_layer_graph_us(kind, prefixes, new_tokens, stream);
 
-  // Replays are idempotent (no step writes state its reads use), so the reference runs on the
-  // state from before the timing; the kernel runs once more with the compressed rows as output.
+  // Replays write the same entries (no step writes state its events read: a C128 head that folds a
+  // slice into its chain re-folds it each replay, but that chain is read by no event of the step), so
+  // the reference runs on the state from before the timing; the kernel runs once more with the
+  // compressed rows as output.
   const std::vector<float> compressed = step.compressed_rows(device_layout, stream);
   const bool checked = step.check_against_reference(compressed, host_vector<std::uint8_t>(step.cache.storage()), state_before);
   cudaStreamDestroy(stream);

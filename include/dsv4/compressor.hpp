@@ -122,6 +122,10 @@ class CompressorStatePool {
   std::vector<std::int64_t> tokens_;          // [num_slots]
   std::vector<std::int64_t> rollback_floor_;  // [num_slots]
   std::vector<bool> allocated_;               // [num_slots]
+  // CUDA two-pass long windows without overlap: per slot the running statistics of the open block's
+  // complete slices (runtime/slice_chains.hpp), and whether they hold exactly those.
+  Tensor chains_;                             // [num_slots, chain floats] F32, or empty
+  std::vector<bool> chains_complete_;         // [num_slots]
 };
 
 // A zero-filled compressed cache for `spec` with page size `page_size` raw tokens
@@ -160,6 +164,7 @@ struct PlannedRequest {
   std::int64_t row_begin = 0;    // first row of this request in kv / score
   std::int64_t first_event = 0;  // index of its first event in CompressPlan::events
   std::int64_t num_events = 0;   // floor((prefix+new)/m) − floor(prefix/m)
+  bool chains_complete = false;  // the slot's slice chains hold its open block's complete slices (CUDA C128)
 };
 struct PlannedEvent {
   int request = 0;               // index into CompressPlan::requests

@@ -122,7 +122,8 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
 
     const auto [first, end] = completed_entries(spec, r.prefix_len, r.new_tokens);
     PlannedRequest planned{r.slot, r.prefix_len, r.new_tokens, plan.total_rows,
-                           static_cast<std::int64_t>(plan.events.size()), end - first};
+                           static_cast<std::int64_t>(plan.events.size()), end - first,
+                           r.slot != 0 && CompressorStateAccess::chains_complete(pool, r.slot)};
     for (std::int64_t n = first; n < end; ++n) {
       const std::int64_t logical = n / per_page;
       const std::int32_t physical = checked_physical_page(cache, r.page_table, logical, name + ".page_table");
@@ -161,6 +162,7 @@ ref::CompressArgs detail::compress_args(const CompressorSpec& spec, const Compre
   args.ape = weights.ape.as<const float>();
   args.norm = weights.norm.as<const float>();
   args.state = pool.storage().data_as<float>();
+  args.chains = CompressorStateAccess::chains(pool);
   args.records_per_slot = pool.records_per_slot();
   args.record_floats = pool.record_floats();
   args.cache = cache.storage().data_as<std::uint8_t>();
@@ -178,18 +180,20 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
               const CompressOutputs& outputs, [[maybe_unused]] void* stream) {
   const CompressPlan plan = plan_compress(spec, weights, batch, kv, score, pool, cache, outputs);
   const ref::CompressArgs args = detail::compress_args(spec, plan, weights, kv, score, pool, cache, outputs);
+  std::vector<bool> chains_kept(plan.requests.size(), false);  // per planned request (CUDA slice chains)
   switch (pool.device()) {
     case Device::CPU: ref::compress(args); break;
     case Device::CUDA:
 #if defined(DSV4_WITH_CUDA)
-      cuda::run_compress(args, stream);
+      chains_kept = cuda::run_compress(args, stream);
       break;
 #else
       cuda_backend_missing("compress");
 #endif
   }
-  for (const PlannedRequest& r : plan.requests) {
-    if (r.slot != 0) CompressorStateAccess::advance(pool, r.slot, r.prefix_len + r.new_tokens);
+  for (std::size_t i = 0; i < plan.requests.size(); ++i) {
+    const PlannedRequest& r = plan.requests[i];
+    if (r.slot != 0) CompressorStateAccess::advance(pool, r.slot, r.prefix_len + r.new_tokens, chains_kept[i]);
   }
 }
 

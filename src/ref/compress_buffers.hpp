@@ -26,6 +26,9 @@ struct CompressBuffers {
   std::int32_t* out_entry_ids = nullptr;   // [E]
   std::int32_t* out_positions = nullptr;   // [E]
   std::int32_t* out_cache_slots = nullptr; // [E]
+  // CUDA two-pass long windows without overlap: the pool's slice chains (runtime/slice_chains.hpp),
+  // [num_slots, cuda::slice_chain_floats(spec)]; null elsewhere (the CPU reference folds the ring).
+  float* chains = nullptr;
 };
 
 }  // namespace dsv4::ref

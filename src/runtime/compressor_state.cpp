@@ -8,6 +8,10 @@
 #include "runtime/compressor_state_access.hpp"
 #include "runtime/ring_limits.hpp"
 
+#if defined(DSV4_WITH_CUDA)
+#include "cuda/compressor/launch.hpp"
+#endif
+
 namespace dsv4 {
 
 CompressorSpec CompressorSpec::for_layer(const ModelConfig& model, int layer, bool indexer,
@@ -72,6 +76,14 @@ CompressorStatePool::CompressorStatePool(const CompressorSpec& spec, int num_slo
     record_floats_ = 2 * spec.row_width();  // kv | score + ape
   }
   storage_ = Tensor::zeros(DType::F32, {num_slots, records_per_slot_, record_floats_}, device);
+#if defined(DSV4_WITH_CUDA)
+  if (device == Device::CUDA) {
+    if (const int chain_floats = cuda::slice_chain_floats(spec); chain_floats > 0) {
+      chains_ = Tensor::zeros(DType::F32, {num_slots, chain_floats}, device);
+    }
+  }
+#endif
+  chains_complete_.assign(static_cast<std::size_t>(num_slots), true);
   tokens_.assign(static_cast<std::size_t>(num_slots), 0);
   rollback_floor_.assign(static_cast<std::size_t>(num_slots), 0);
   allocated_.assign(static_cast<std::size_t>(num_slots), false);
@@ -84,6 +96,7 @@ int CompressorStatePool::allocate() {
       allocated_[i] = true;
       tokens_[i] = 0;
       rollback_floor_[i] = 0;
+      chains_complete_[i] = true;  // nothing to fold yet
       return s;
     }
   }

@@ -12,6 +12,7 @@
 #include "cuda/common/fast_divisor.hpp"
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/params.hpp"
+#include "runtime/slice_chains.hpp"
 
 namespace dsv4 {
 namespace {
@@ -221,6 +222,92 @@ TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSnapshotIsSav
   EXPECT_GT(checked_steps, 1000000);
   EXPECT_GT(steps_saving, 1000);
   EXPECT_GT(bodies_on_the_heads_slot, 1000);
+}
+
+// The host's rule for a pool's slice chains (runtime/slice_chains.hpp) against a model of what the
+// kernel stores (cuda/compressor/two_pass.cuh, keep_slice_chains): random steps — decode steps of 1..8
+// tokens that keep the chains where the rule says they are complete, longer or unkept steps that do
+// not touch them, rollbacks — and whenever the rule says "complete", every group's chain holds
+// exactly the open block's complete slices of its range, in order; where a kept step folds a slice
+// or computes an event, the chains it reads are those.
+TEST(CompressorSliceChains, CompleteMeansTheChainsHoldTheOpenBlocksSlices) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  long folds = 0, chained_events = 0, rollbacks_that_drop = 0;
+  for (const int m : {16, 64, 128}) {
+    for (const int groups : {1, 2, 4}) {
+      const int slices = m / kChainSliceRows;
+      if (slices < groups) continue;
+      const auto group_of = [&](int slice) { return slice * groups / slices; };  // its range holds it
+      const auto first_of = [&](int g) { return g * slices / groups; };
+      for (int run = 0; run < 40; ++run) {
+        std::vector<std::vector<int>> chain(static_cast<std::size_t>(groups));  // the device's, per group
+        std::int64_t tokens = 0, highest = 0;
+        bool complete = true;  // a fresh slot
+        const auto holds_open_block = [&]() {
+          const int done = static_cast<int>(tokens % m) / kChainSliceRows;
+          for (int g = 0; g < groups; ++g) {
+            std::vector<int> want;
+            for (int sl = first_of(g); sl < std::min(done, first_of(g + 1)); ++sl) want.push_back(sl);
+            if (!want.empty() && chain[static_cast<std::size_t>(g)] != want) return false;
+          }
+          return true;
+        };
+        for (int step = 0; step < 400; ++step) {
+          const std::string where = "m " + std::to_string(m) + " groups " + std::to_string(groups) + " at " +
+                                    std::to_string(tokens) + ", step " + std::to_string(step);
+          const int kind = static_cast<int>(rng() % 10);
+          if (kind == 0 && tokens > 0) {  // a rollback of up to 8 tokens (not below the highest − 8)
+            const std::int64_t to = std::max<std::int64_t>(
+                highest - 8, tokens - static_cast<std::int64_t>(rng() % 9));
+            const bool before = complete;
+            complete = chains_complete_after_rollback(complete, tokens, std::max<std::int64_t>(to, 0), m);
+            rollbacks_that_drop += before && !complete;
+            tokens = std::max<std::int64_t>(to, 0);
+          } else {
+            const bool decode = kind < 8;
+            const std::int64_t n = decode ? 1 + static_cast<std::int64_t>(rng() % kChainSliceRows)
+                                          : 9 + static_cast<std::int64_t>(rng() % (3 * m));
+            const std::int64_t end = tokens + n;
+            // The kernel keeps the chains only for a decode step whose chains are complete (and not
+            // always then: a step the split path cannot run keeps none).
+            const bool kept = decode && complete && rng() % 4 != 0;
+            if (kept) {
+              const int done_before = static_cast<int>(tokens % m) / kChainSliceRows;
+              if (end / m > tokens / m) {  // the event: it reads every slice but the last
+                ASSERT_EQ(end / m - tokens / m, 1) << where;
+                for (int g = 0; g < groups; ++g) {
+                  std::vector<int> want;
+                  for (int sl = first_of(g); sl < std::min(slices - 1, first_of(g + 1)); ++sl) want.push_back(sl);
+                  ASSERT_EQ(chain[static_cast<std::size_t>(g)], want) << where << ": the event's chains";
+                }
+                ++chained_events;
+              } else if (static_cast<int>(end % m) / kChainSliceRows > done_before) {  // one slice completed
+                const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
+                ASSERT_EQ(slice, done_before) << where;
+                auto& mine = chain[static_cast<std::size_t>(group_of(slice))];
+                if (slice == first_of(group_of(slice))) mine.clear();
+                for (std::size_t k = 0; k < mine.size(); ++k) {
+                  ASSERT_EQ(mine[k], first_of(group_of(slice)) + static_cast<int>(k)) << where << ": the chain folded into";
+                }
+                ASSERT_EQ(static_cast<int>(mine.size()), slice - first_of(group_of(slice))) << where;
+                mine.push_back(slice);
+                ++folds;
+              }
+            }
+            complete = chains_complete_after_step(complete, tokens, end, m, kept);
+            tokens = end;
+          }
+          highest = std::max(highest, tokens);
+          if (complete) {
+            ASSERT_TRUE(holds_open_block()) << where << ": the rule says complete, the chains differ";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(folds, 1000);
+  EXPECT_GT(chained_events, 100);
+  EXPECT_GT(rollbacks_that_drop, 100);
 }
 
 // A two-pass prefill's ring write spread over ring pieces (cuda/compressor/config.hpp,

@@ -28,6 +28,7 @@
 #include "dsv4/rope.hpp"
 #include "ops/compress_args.hpp"
 #include "ref/compressor_ref.hpp"
+#include "runtime/slice_chains.hpp"
 
 namespace dsv4 {
 namespace {
@@ -779,6 +780,37 @@ ref::CompressArgs device_step_args(const CompressorSpec& s, const CompressPlan& 
   return detail::compress_args(s, plan, side.weights(), rows.kv_view, rows.score_view, side.pool, side.cache);
 }
 
+// One request of `stream` fed step by step through the API on a CUDA side; step() returns each step's
+// CUDA plan (what run_compress launches for it) and runs the step unless told not to.
+struct PlannedFeed {
+  const CompressorSpec& spec;
+  const Stream& stream;
+  Side& side;
+  int slot;
+  std::vector<std::int32_t> table;
+  std::int64_t fed = 0;
+
+  cuda::CompressStepLayout step(std::int64_t n, bool run = true) {
+    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
+    const int w = spec.row_width();
+    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
+    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
+    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
+    const CompressPlan plan =
+        plan_compress(spec, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+    cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(spec, plan, rows, side));
+    if (run) {
+      compress(spec, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+      fed += n;
+    }
+    return layout;
+  }
+  void roll_back(std::int64_t n) {
+    rollback(side.pool, slot, n, side.cache, table);
+    fed -= n;
+  }
+};
+
 // The online kernel has two stagings (config.hpp, OnlineConfig): two stages, and the deep one that
 // launch.cu takes for steps of at most one block a SM. Only the copies' depth differs, so one stream
 // fed whole and chunked (heads continuing a snapshot, bodies, kept snapshots) under each gives
@@ -856,20 +888,10 @@ TEST_P(CompressorGpu, SanitizeOnlineSavedStartSnapshot) {
 
   // The plan: the saving chunk has the scratch, the others none.
   Side side(s, Device::CUDA, stream.ape, stream.norm, 2, 8, page_size);
-  const int slot = side.pool.allocate();
-  const std::vector<std::int32_t> table = {1, 2, 3, 4, 5, 6, 7};
-  std::int64_t fed = 0;
-  const int w = s.row_width();
+  PlannedFeed feed{s, stream, side, side.pool.allocate(), {1, 2, 3, 4, 5, 6, 7}};
   for (const std::int64_t n : ending_on_it) {
-    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
-    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
-    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
-    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
-    const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-    const cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(s, plan, rows, side));
-    EXPECT_EQ(layout.online_saved, n == second) << "chunk of " << n << " at " << fed;
-    compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-    fed += n;
+    const std::int64_t at = feed.fed;
+    EXPECT_EQ(feed.step(n).online_saved, n == second) << "chunk of " << n << " at " << at;
   }
 }
 
@@ -920,36 +942,98 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(mixed.compressed, cpu.compressed, s.width, "mixed kernels vs CPU");
 
-  // The paths, planned step by step on pools fed the same chunks.
+  // The paths, planned step by step on pools fed the same chunks. (A split event needs chains that
+  // are incomplete: the chunks' prefill steps leave them so.)
   Side side(s, Device::CUDA, stream.ape, stream.norm, 3, 8, page_size);
-  const int w = s.row_width();
-  struct Fed {
-    int slot;
-    std::vector<std::int32_t> table;
-    std::int64_t tokens = 0;
-  };
-  // The split events of the next n tokens of `fed`'s slot; run: the step runs too.
-  const auto step = [&](Fed& fed, std::int64_t n, bool run) {
-    const CompressBatch batch = {CompressRequest{fed.slot, fed.tokens, n, fed.table}};
-    const std::vector<float> kv(stream.kv.begin() + fed.tokens * w, stream.kv.begin() + (fed.tokens + n) * w);
-    const std::vector<float> score(stream.score.begin() + fed.tokens * w, stream.score.begin() + (fed.tokens + n) * w);
-    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
-    const CompressPlan plan = plan_compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-    const cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(s, plan, rows, side));
-    if (run) {
-      compress(s, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-      fed.tokens += n;
-    }
-    return layout.split_events;
-  };
-  Fed chunked{side.pool.allocate(), {1, 2, 3}}, inside{side.pool.allocate(), {4, 5, 6}};
-  EXPECT_EQ(step(chunked, stream.tokens, false), 3) << "the whole stream from position 0";
+  PlannedFeed chunked{s, stream, side, side.pool.allocate(), {1, 2, 3}};
+  PlannedFeed inside{s, stream, side, side.pool.allocate(), {4, 5, 6}};
+  EXPECT_EQ(chunked.step(stream.tokens, false).split_events, 3) << "the whole stream from position 0";
   for (const Chunk& c : chunks) {
-    const std::int64_t at = chunked.tokens;
-    EXPECT_EQ(step(chunked, c.tokens, true), c.split_events) << "chunk of " << c.tokens << " at " << at;
+    const std::int64_t at = chunked.fed;
+    EXPECT_EQ(chunked.step(c.tokens).split_events, c.split_events) << "chunk of " << c.tokens << " at " << at;
   }
-  EXPECT_EQ(step(inside, from_inside[0], true), 0) << "no event";
-  EXPECT_EQ(step(inside, from_inside[1], false), 0) << "from inside the first block";
+  EXPECT_EQ(inside.step(from_inside[0]).split_events, 0) << "no event";
+  EXPECT_EQ(inside.step(from_inside[1], false).split_events, 0) << "from inside the first block";
+}
+
+// Two-pass long windows without overlap (C128) on the GPU keep slice chains (runtime/slice_chains.hpp,
+// two_pass.cuh keep_slice_chains): a decode step folds the slice it completes into them, and a block's event
+// merges them with its last slice instead of folding the whole window. One stream fed in decode
+// steps of 1..8 tokens from position 0, the same with rollbacks inside blocks (some drop a folded
+// slice, after which that block's event takes the split path), and after a prefill chunk ending
+// inside a block (chains incomplete until the next block) gives the bytes of the whole run; and every
+// step's plan takes the path the host's rule says. In the sanitizer set: the chains' small case.
+TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
+  const CompressorSpec s = spec();
+  if (cuda::slice_chain_floats(s) == 0) GTEST_SKIP() << "no slice chains (two-pass long windows without overlap)";
+  std::mt19937_64 rng(testing::fresh_seed());
+  const std::int64_t m = s.ratio;
+  const Stream stream = random_stream(rng, s, 3 * m + m / 2 + 1);
+  const int page_size = 2 * s.ratio;
+  const RunResult whole = run_gpu_chunks(s, stream, {stream.tokens}, page_size);
+  ASSERT_EQ(whole.entries.size(), 3u);
+  // Decode steps; then the same with rollbacks of 1..k tokens after some k-token steps, never across
+  // a block boundary (run_gpu_chunks: negative chunks), the rest fed again.
+  const std::vector<std::int64_t> decode = random_chunks(rng, stream.tokens, 8);
+  std::vector<std::int64_t> with_rollbacks;
+  for (std::int64_t at = 0; at < stream.tokens;) {
+    const std::int64_t k = std::min<std::int64_t>(stream.tokens - at, 1 + static_cast<std::int64_t>(rng() % 8));
+    with_rollbacks.push_back(k);
+    at += k;
+    const std::int64_t back = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(k));
+    if (rng() % 3 == 0 && at % m != 0 && (at - back) / m == at / m) {
+      with_rollbacks.push_back(-back);
+      at -= back;
+    }
+  }
+  const std::vector<std::int64_t> after_prefill = {m / 2 + 5, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
+                                                   stream.tokens - m / 2 - 5 - 80};
+  expect_same_run(run_gpu_chunks(s, stream, decode, page_size), whole, "decode steps");
+  expect_same_run(run_gpu_chunks(s, stream, with_rollbacks, page_size), whole, "decode steps with rollbacks");
+  expect_same_run(run_gpu_chunks(s, stream, after_prefill, page_size), whole, "a prefill, then decode steps");
+  const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
+  expect_rows_close(whole.compressed, cpu.compressed, s.width, "whole stream vs CPU");
+
+  // The plans: decode steps from position 0 keep the chains (their events are no split events); after
+  // the prefill chunk, the rest of its block runs the split path, and the next block keeps them again.
+  Side side(s, Device::CUDA, stream.ape, stream.norm, 3, 8, page_size);
+  PlannedFeed fresh{s, stream, side, side.pool.allocate(), {1, 2}};
+  long chain_events = 0;
+  for (const std::int64_t n : decode) {
+    if (n == 0) continue;
+    const std::int64_t at = fresh.fed;
+    const cuda::CompressStepLayout layout = fresh.step(n);
+    const bool completes = (at + n) / kChainSliceRows > at / kChainSliceRows;
+    EXPECT_TRUE(layout.chains_kept.at(0)) << "decode step of " << n << " at " << at;
+    EXPECT_EQ(layout.chain_requests, completes ? 1 : 0) << "decode step of " << n << " at " << at;
+    EXPECT_EQ(layout.split_events, 0) << "decode step of " << n << " at " << at;
+    chain_events += (at + n) / m - at / m;
+    if (fresh.fed >= 2 * m) break;
+  }
+  EXPECT_EQ(chain_events, 2) << "two events from the chains";
+  PlannedFeed prefilled{s, stream, side, side.pool.allocate(), {3, 4}};
+  EXPECT_FALSE(prefilled.step(m / 2 + 5).chains_kept.at(0)) << "a prefill chunk";
+  while (prefilled.fed + 8 <= 2 * m + 8) {
+    const std::int64_t at = prefilled.fed;
+    const cuda::CompressStepLayout layout = prefilled.step(8);
+    const bool event = (at + 8) / m > at / m;
+    if (at < m) {  // the prefill's block: incomplete chains
+      EXPECT_FALSE(layout.chains_kept.at(0)) << "at " << at;
+      EXPECT_EQ(layout.chain_requests, 0) << "at " << at;
+      EXPECT_EQ(layout.split_events, event ? 1 : 0) << "at " << at;
+    } else {  // the next block: from its start (a step of 8 completes a slice or the block)
+      EXPECT_TRUE(layout.chains_kept.at(0)) << "at " << at;
+      EXPECT_EQ(layout.chain_requests, 1) << "at " << at;
+      EXPECT_EQ(layout.split_events, 0) << "at " << at;
+    }
+  }
+  // A rollback that drops a folded slice (slice 1 of block 2, completed at 2m + 16) but not slice 0
+  // leaves the chains incomplete: the block's steps no longer keep them.
+  ASSERT_EQ(prefilled.fed, 2 * m + 5);
+  EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 0";
+  EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 1";
+  prefilled.roll_back(6);
+  EXPECT_FALSE(prefilled.step(3).chains_kept.at(0)) << "after a rollback that dropped a folded slice";
 }
 
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source

@@ -1,6 +1,7 @@
 // src/cuda/compressor/launch.cu — host side of the CUDA compressor: CUDA-specific checks, the step's
 // work items and metadata, the launch, and the small device operations of rollback and fork.
 #include "cuda/compressor/launch.hpp"
+#include "runtime/slice_chains.hpp"
 
 #include <cuda_runtime.h>
 
@@ -185,6 +186,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   std::int32_t ring_pieces = 1;  // config.hpp, ring_write_pieces: from the longest write of a request
   const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, has_long_window(spec));
   std::vector<std::int32_t> pages;
+  std::vector<std::int64_t> planned_index;  // of each step request in plan.requests
   bool online_saved = false;  // some head's starting snapshot is saved in the scratch (params.hpp)
   const int per_page = a.entries_per_page;
   for (const PlannedRequest& r : plan.requests) {
@@ -193,7 +195,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     s.prefix = r.prefix_len;
     s.new_tokens = r.new_tokens;
     s.row_begin = r.row_begin;
-    s.first_event = r.first_event;
+    s.first_event = static_cast<std::int32_t>(r.first_event);
     s.slot = r.slot;
     s.num_events = static_cast<std::int32_t>(r.num_events);
     s.page_offset = static_cast<std::int32_t>(pages.size());
@@ -211,31 +213,55 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
         pages.push_back(plan.events[static_cast<std::size_t>(r.first_event + event)].cache_slot / per_page);
       }
     }
-    // A split step spreads every event of every request over split units, so its heads have
-    // nothing to do, and its ring items must write the whole ring (in parallel with the events: no
-    // head event reads a row the step writes). Decode steps (≤ 8 tokens, m > 8) always qualify; so
-    // does a fresh prefill, or a chunk from a block boundary with more than coff events.
+    // A split step spreads every event of every request over split units (but those computed from
+    // slice chains, below), so its heads have nothing to do (none is launched), and its ring items
+    // must write the whole ring (in parallel with the events: no head event reads a row the step writes).
+    // Decode steps (≤ 8 tokens, m > 8) always qualify; so does a fresh prefill, or a chunk from a
+    // block boundary with more than coff events.
     const std::int64_t head = head_events(spec, s);
     split_step = split_step && ring_writes_in_parallel(spec, s, head, a.records_per_slot);
     step_events += r.num_events;
-    for (std::int64_t e = 0; split_step && step_events <= compressor::kMaxSplitEvents && e < r.num_events; ++e) {
-      compressor::SplitEvent event;
-      event.request = s;
-      event.event = static_cast<std::int32_t>(e);
-      event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
-      split.push_back(event);
-    }
     if (spec.online) {
       online_saved = online_saved ||
                      compressor::online_kept_counts(s.prefix, s.new_tokens, s.num_events, spec.ratio, spec.max_rollback)
                          .start_saved;
     }
     requests.push_back(s);
+    planned_index.push_back(static_cast<std::int64_t>(&r - plan.requests.data()));
     item_begin.push_back(item_begin.back() + 1 + (r.num_events - head));
   }
-  if (!split_step || step_events > compressor::kMaxSplitEvents) split.clear();
-  if (!split.empty()) {  // one item a request, the head, which has nothing to do
+  split_step = split_step && step_events <= compressor::kMaxSplitEvents;
+  // In a split step, a request of at most one slice's tokens whose slice chains are complete keeps
+  // them (runtime/slice_chains.hpp): its ring item folds the slice it completes into them, or computes its
+  // event from them and the last slice (two_pass.cuh, keep_slice_chains); its events are no split events.
+  const bool chains = split_step && a.chains != nullptr && slice_chain_floats(spec) > 0;
+  std::vector<bool> chains_kept(plan.requests.size(), false);
+  std::int32_t chain_requests = 0;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    StepRequest& s = requests[i];
+    const PlannedRequest& r = plan.requests[static_cast<std::size_t>(planned_index[i])];
+    if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates) {
+      chains_kept[static_cast<std::size_t>(planned_index[i])] = true;
+      const std::int64_t end = s.prefix + s.new_tokens;
+      s.chain = s.num_events > 0 || end % spec.ratio / compressor::kSliceCandidates >
+                                        s.prefix % spec.ratio / compressor::kSliceCandidates;
+      chain_requests += s.chain;
+      continue;
+    }
+    for (std::int64_t e = 0; split_step && e < s.num_events; ++e) {
+      compressor::SplitEvent event;
+      event.request = s;
+      event.event = static_cast<std::int32_t>(e);
+      event.page = static_cast<std::int32_t>(plan.events[static_cast<std::size_t>(r.first_event + e)].cache_slot / per_page);
+      split.push_back(event);
+    }
+  }
+  if (split_step) {  // one item a request, the head, which has nothing to do (the kernel skips it)
     for (std::size_t i = 0; i < item_begin.size(); ++i) item_begin[i] = static_cast<std::int64_t>(i);
+    // The requests with a slice or an event to compute from their chains first: the kernel gives
+    // them the blocks after the split units (two_pass_kernel). (Nothing else depends on the order:
+    // each request carries its rows, pages and output rows.)
+    std::stable_partition(requests.begin(), requests.end(), [](const StepRequest& r) { return r.chain != 0; });
   }
 
   CompressStepLayout layout;
@@ -249,6 +275,8 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.item_begin_offset = align16(requests.size() * sizeof(StepRequest));
   layout.pages_offset = layout.item_begin_offset + align16(item_begin.size() * sizeof(std::int64_t));
   layout.split_events = static_cast<std::int32_t>(split.size());
+  layout.chain_requests = chain_requests;
+  layout.chains_kept = std::move(chains_kept);
   layout.split_events_offset = layout.pages_offset + align16(pages.size() * sizeof(std::int32_t));
   layout.split_counters_offset = layout.split_events_offset + align16(split.size() * sizeof(compressor::SplitEvent));
   layout.bytes.assign(layout.split_counters_offset + split.size() * sizeof(std::int32_t), 0);  // counters start at 0
@@ -289,7 +317,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
     p.split_partials = reinterpret_cast<float*>(writable + layout.split_partials_offset);
     // (A split unit is one block, as is every other unit of a long window: config.hpp.) A prefill's
     // ring pieces (more than one a request) write many rows each; a decode step's blocks are short.
-    const std::int64_t other_blocks = layout.ring_pieces > 1 ? layout.num_items + layout.ring_items() : 0;
+    const std::int64_t other_blocks = layout.ring_pieces > 1 ? layout.ring_items() : 0;  // (no head runs)
     p.split_units = spec.width == 512
                         ? split_units_for<compressor::TwoPassConfig<512, true, true>>(layout.split_events, other_blocks)
                         : split_units_for<compressor::TwoPassConfig<128, true, true>>(layout.split_events, other_blocks);
@@ -297,6 +325,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   if (layout.online_saved) {
     p.online_saved = reinterpret_cast<float*>(static_cast<std::uint8_t*>(device_layout) + layout.online_saved_offset);
   }
+  p.chain_requests = layout.chain_requests;
   p.num_requests = layout.num_requests;
   p.one_item_per_request = layout.one_item_per_request ? 1 : 0;
   p.num_items = layout.num_items;
@@ -369,9 +398,9 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   check_cuda(status, "compressor kernel launch");
 }
 
-void run_compress(const ref::CompressArgs& args, void* stream) {
+std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream) {
   const CompressStepLayout layout = plan_compress_step(args);
-  if (layout.num_items == 0) return;
+  if (layout.num_items == 0) return layout.chains_kept;
   auto s = static_cast<cudaStream_t>(stream);
   void* device_layout = nullptr;
   check_cuda(cudaMallocAsync(&device_layout, layout.device_bytes, s), "cudaMallocAsync(step metadata)");
@@ -388,6 +417,15 @@ void run_compress(const ref::CompressArgs& args, void* stream) {
   const cudaError_t freed = cudaFreeAsync(device_layout, s);
   check_cuda(status, "cudaMemcpyAsync(step metadata)");
   check_cuda(freed, "cudaFreeAsync(step metadata)");
+  return layout.chains_kept;
+}
+
+int slice_chain_floats(const CompressorSpec& spec) {
+  static_assert(compressor::kSliceCandidates == kChainSliceRows, "the host's slices are the kernels'");
+  const bool chained = !spec.online && !spec.overlap && has_long_window(spec) &&
+                       spec.ratio % compressor::kSliceCandidates == 0 &&
+                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
+  return chained ? compressor::two_pass_groups(spec.width, true) * 3 * spec.width : 0;
 }
 
 void clear_entries(const EntryLayout& layout, std::uint8_t* pages, std::int64_t page_bytes, int entries_per_page,

@@ -28,7 +28,9 @@ namespace dsv4::cuda {
 // (128) events, all of whose ring items can write in parallel with the events (no event reads a ring
 // row the step writes: every decode step of ≤ 8 tokens, a fresh prefill, a chunk from a block
 // boundary with more than coff events or a ring write within the ring), spreads every event over
-// split units (split_events > 0, the split kernel; one item a request). Every other step — longer
+// split units (split_events > 0, the split kernel; one item a request) — but a request of at most 8
+// tokens whose slice chains are complete keeps them instead (chains_kept, chain_requests: it folds
+// the slice it completes, or computes its event from them; runtime/slice_chains.hpp). Every other step — longer
 // prefills, a chunk inside a block whose ring write is longer than the ring — runs the prefill
 // kernel. Both fold a window in the same fixed slice shape (config.hpp), so the bytes do not depend
 // on the path.
@@ -44,7 +46,9 @@ struct CompressStepLayout {
   bool online_saved = false;              // an online step saving a head's snapshot (num_requests × 3·c floats)
   std::int32_t num_requests = 0;    // requests bringing ≥ 1 token
   std::int64_t num_items = 0;       // work items (0: nothing to launch)
-  std::int32_t split_events = 0;    // head events computed by split units (0: the prefill kernel)
+  std::int32_t split_events = 0;    // head events computed by split units
+  std::int32_t chain_requests = 0;  // requests whose heads keep their slice chains (split kernel also then)
+  std::vector<bool> chains_kept;    // per planned request (CompressPlan order): its chains were kept
   std::int32_t ring_pieces = 0;     // ring items per request (params.hpp; 0: online, no ring items)
   bool one_item_per_request = false;
 
@@ -113,8 +117,13 @@ int set_split_units(int units);
 // value that is none of OnlineStages' three.
 compressor::OnlineStages set_online_stages(compressor::OnlineStages stages);
 
-// plan_compress_step, one upload into stream-ordered scratch, launch_compress_step.
-void run_compress(const ref::CompressArgs& args, void* stream = nullptr);
+// plan_compress_step, one upload into stream-ordered scratch, launch_compress_step. Returns, per
+// planned request, whether the step kept its slice chains (CompressStepLayout::chains_kept).
+std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream = nullptr);
+
+// Floats of a slot's slice chains (runtime/slice_chains.hpp) for `spec`: groups × 3 × c for two-pass
+// long windows without overlap whose windows fit the split path (C128), else 0 (no chains).
+int slice_chain_floats(const CompressorSpec& spec);
 
 // Zeroes the cache entries at physical `slots` (both byte runs of each entry) on the device.
 void clear_entries(const EntryLayout& layout, std::uint8_t* pages /*[num_pages, page_bytes]*/, std::int64_t page_bytes,

@@ -32,11 +32,11 @@ cudaError_t set_carveout_for_min_blocks(Kernel kernel, int blocks, int dynamic_b
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
 }
 
-// Launches `kernel` with `leading_blocks` blocks (split units), then one unit per item
-// (num_items + ring_items).
+// Launches `kernel` with `leading_blocks` blocks (split units and slice-chain blocks), then one unit per item
+// (num_items + ring_items; the split instantiation, `ring_items_only`: its ring items only).
 template <class Config, class Kernel>
 cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream,
-                         std::int64_t leading_blocks = 0) {
+                         std::int64_t leading_blocks = 0, bool ring_items_only = false) {
   // The staging needs more than the default 48 KB of dynamic shared memory: opt in once per kernel.
   static const cudaError_t opted_in = [&] {
     const cudaError_t status =
@@ -45,7 +45,7 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
     return set_carveout_for_min_blocks(kernel, Config::kMinBlocksPerSM, Config::kBytes);
   }();
   if (opted_in != cudaSuccess) return opted_in;
-  const std::int64_t items = params.num_items + params.ring_items;
+  const std::int64_t items = (ring_items_only ? 0 : params.num_items) + params.ring_items;
   const std::int64_t blocks = leading_blocks + (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
   kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, Config::kBytes, stream>>>(params);
   return cudaGetLastError();
@@ -53,7 +53,8 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
 //   online: the online variant (after online_save_kernel where params.online_saved is set); long_window: more than kSingleGroupMaxCandidates candidates per event;
-//   params.split_events_count > 0 (long windows only): the split (decode) instantiation;
+//   params.split_events_count > 0 or params.chain_requests > 0 (long windows only): the split (decode)
+//   instantiation;
 //   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one
 //   or FourBlocksPerSM); online_stages: the online kernel's (TwoStages or Deep, launch.cu).
 template <int kWidth>
@@ -69,10 +70,11 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
     if (online_stages == OnlineStages::Deep) return launch_items<Deep>(online_kernel<Deep>, params, stream);
     return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
   }
-  if (long_window && params.split_events_count > 0) {
+  if (long_window && (params.split_events_count > 0 || params.chain_requests > 0)) {
     using Config = TwoPassConfig<kWidth, true, true>;
-    return launch_items<Config>(two_pass_kernel<Config>, params, stream,
-                                static_cast<std::int64_t>(params.split_events_count) * params.split_units);
+    return launch_items<Config>(
+        two_pass_kernel<Config>, params, stream,
+        static_cast<std::int64_t>(params.split_events_count) * params.split_units + params.chain_requests, true);
   }
   if (long_window) {
     return launch_items<TwoPassConfig<kWidth, true>>(two_pass_kernel<TwoPassConfig<kWidth, true>>, params, stream);

@@ -15,9 +15,12 @@
 //         step has bodies, last in decode steps.
 //   split unit (two-pass long windows, steps whose ring items all write in parallel: launch.cu): one
 //         block computing a share of one event's candidate slices (config.hpp); the request's head
-//         then computes nothing (a split step has one item a request), and the last split unit of
-//         the event to finish merges the partials and stores the entry. Split units come first in
-//         the grid. Only head events read ring rows, so the ring item's rule holds.
+//         then computes nothing (a split step has one item a request, and its grid no head), and the
+//         last split unit of the event to finish merges the partials and stores the entry. Split
+//         units come first in the grid, then one block per request that computes a slice or its
+//         event from its slice chains instead (runtime/slice_chains.hpp; those requests first in the
+//         step), then the ring items. Only events and slices read ring rows, never one the step
+//         writes, so the ring item's rule holds.
 // Only a request's head reads its state, and a state write runs in parallel with it only where it
 // cannot touch those reads, so no state write can overtake a read of the same step (SPEC §6), with
 // one kernel launch per step.
@@ -43,7 +46,8 @@ struct StepRequest {
   std::int64_t prefix = 0;       // tokens before this step = position of its first new row
   std::int64_t new_tokens = 0;   // ≥ 1
   std::int64_t row_begin = 0;    // its first row in kv / score
-  std::int64_t first_event = 0;  // its first event's row in the optional outputs
+  std::int32_t first_event = 0;  // its first event's row in the optional outputs
+  std::int32_t chain = 0;        // 1: it keeps its slice chains (launch.cu; two_pass.cuh keep_slice_chains)
   std::int32_t slot = 0;         // state slot (≥ 1)
   std::int32_t num_events = 0;   // entries completed in this step
   std::int32_t page_offset = 0;  // index in StepLayout::pages of the page of its first event
@@ -194,6 +198,9 @@ struct KernelParams : ref::CompressBuffers {
   // pages, or alone when those are in device memory); split_events is then not read.
   std::int32_t split_events_inline = 0;
   std::int32_t inline_split_offset = 0;
+  // Requests whose heads keep their slice chains (StepRequest::chain; the split instantiation runs
+  // them, with or without split events).
+  std::int32_t chain_requests = 0;
   // Online steps where a head's starting snapshot is saved (online_kept_counts): [num_requests, 3·c]
   // scratch, request i's at row i (copied by online_save_kernel before the step's kernel).
   float* online_saved = nullptr;

@@ -473,6 +473,59 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                        s_sum);
 }
 
+// A split step's request that keeps its slice chains and completes a slice or its block (StepRequest::chain; launch.cu,
+// runtime/slice_chains.hpp). The chains [slot][group][max | sum | weighted][c] hold, per group, the
+// left fold of the open block's complete slices in the group's range (no overlap: the window is the
+// block, K = m). A step of at most one slice's tokens completes at most one slice: the group that
+// owns it folds it from scratch, as a split unit would, and merges it into its chain; or the step
+// completes the block, whose event folds only its last slice and merges the groups as
+// two_pass_event does — the same operations in the same order as every other path, so the same bytes.
+template <class Config>
+__device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const StepRequest& r, int group, int lane,
+                                           const Staging<Config>& staging, double* s_sum) {
+  constexpr int c = Config::kWidth;
+  const RingRows rows(p, r);
+  const EventWindow window = event_window<Config>(p, rows, r, 0);  // the open block
+  const int slices = slice_count(window.count);
+  const int first = group * slices / Config::kGroups, end = (group + 1) * slices / Config::kGroups;
+  float* stored = p.chains + (static_cast<std::int64_t>(r.slot) * Config::kGroups + group) * 3 * c + 4 * lane;
+  const auto load_chain = [&] {
+    SoftmaxPartial chain;
+    to_array(load_once(stored), chain.max);
+    to_array(load_once(stored + c), chain.sum);
+    to_array(load_once(stored + 2 * c), chain.weighted);
+    return chain;
+  };
+  const auto fold_slice = [&](int slice, SoftmaxPartial& chain) {
+    SoftmaxPartial folded = empty_partial();
+    pool_candidates<Config, false>(rows, window, slice * kSliceCandidates,
+                                   min((slice + 1) * kSliceCandidates, window.count), lane, staging, folded);
+    merge_partial(chain, folded);
+  };
+  if (r.num_events == 0) {
+    const int done_before = static_cast<int>(r.prefix % p.ratio) / kSliceCandidates;
+    const int done_after = static_cast<int>((r.prefix + r.new_tokens) % p.ratio) / kSliceCandidates;
+    const int slice = done_after - 1;  // the one slice completed, if any
+    if (done_after == done_before || slice < first || slice >= end) return;  // (no barrier follows)
+    SoftmaxPartial chain = slice == first ? empty_partial() : load_chain();
+    fold_slice(slice, chain);
+    store4(stored, make_float4(chain.max[0], chain.max[1], chain.max[2], chain.max[3]));
+    store4(stored + c, make_float4(chain.sum[0], chain.sum[1], chain.sum[2], chain.sum[3]));
+    store4(stored + 2 * c, make_float4(chain.weighted[0], chain.weighted[1], chain.weighted[2], chain.weighted[3]));
+    return;
+  }
+  // The block's event: every slice but the last is in the chains (each group's range holds one).
+  float norm[4];
+  load_norm<Config>(p, lane, norm);
+  SoftmaxPartial chain = load_chain();
+  if (group == Config::kGroups - 1) fold_slice(slices - 1, chain);
+  merge_groups<Config>(group, lane, staging, chain);
+  float compressed[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) compressed[k] = __fdiv_rn(chain.weighted[k], chain.sum[k]);
+  finish_event<Config>(p, compressed, lane, group == 0, entry_target(p, r, 0), norm, s_sum);
+}
+
 // Vectors a thread loads into registers before its first store in a share of a chunk's ring write
 // (ring_write_slots; a whole write's: kRingVectorsInRegisters, config.hpp), a second copy of the
 // unrolled write in the kernel: at 8, its code cost fresh prefills 18% at C4-128 T = 8K (H200); at 4
@@ -724,12 +777,22 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
       return;
     }
     block -= split_blocks;
+    // Then one block a request that keeps its slice chains and completes a slice or its block in
+    // this step (launch.cu puts those requests first), in parallel with the ring items.
+    if (block < p.chain_requests) {
+      keep_slice_chains<Config>(p, step_request(p, static_cast<int>(block)), group, lane,
+                                Staging<Config>(dynamic_shared), s_sum);
+      return;
+    }
+    block -= p.chain_requests;
   }
   // Steps with bodies (prefill) run their ring items first: a ring write is a chain of dependent
   // rounds, and started in a grid's last wave it outlasted every event (measured on the H200: C128
   // T=256K 273 → 326 µs with the ring items last and no head event). Decode steps keep them last.
+  // The split instantiation's heads have nothing left to do (below): its ring items follow.
   const std::int64_t place_in_grid = block * Config::kUnitsPerBlock + unit;
-  const std::int64_t item = p.one_item_per_request || place_in_grid >= p.ring_items + p.num_items
+  const std::int64_t item = Config::kSplit ? p.num_items + place_in_grid
+                            : p.one_item_per_request || place_in_grid >= p.ring_items + p.num_items
                                 ? place_in_grid
                             : place_in_grid < p.ring_items ? p.num_items + place_in_grid
                                                            : place_in_grid - p.ring_items;
@@ -747,9 +810,9 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
     }
     return;
   }
-  // The split instantiation runs only steps whose events are all split events and whose ring
-  // items all write (launch.cu's rule; every event of the step is a split event): its heads
-  // have nothing left to do, and it has no bodies.
+  // The split instantiation runs only steps whose ring items all write and whose events are split
+  // events (launch.cu's rule) or computed from slice chains (above): its heads have nothing left to
+  // do (it launches none), and it has no bodies.
   if constexpr (Config::kSplit) return;
   float norm[4];
   load_norm<Config>(p, lane, norm);

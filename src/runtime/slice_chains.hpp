@@ -1,0 +1,35 @@
+// src/runtime/slice_chains.hpp — the host's rule for a pool's slice chains (plain C++).
+//
+// Two-pass long windows without overlap (C128) on CUDA keep, per slot, the running softmax
+// statistics of the open block's complete 8-row slices, left-folded per candidate group in slice
+// order ("chains", cuda/compressor/two_pass.cuh, keep_slice_chains). A decode step then folds only the slice
+// it completes into them, and the block's event merges them with its last slice: the same
+// operations, in the same order, as folding the whole window, so the same bytes. The host tracks per
+// slot whether the chains hold exactly the complete slices of the open block ("complete"); only then
+// does a step use them (launch.cu), and a step that does not keep them leaves them incomplete until
+// the next block starts.
+#pragma once
+
+#include <cstdint>
+
+namespace dsv4 {
+
+inline constexpr int kChainSliceRows = 8;  // rows of a slice (cuda/compressor/config.hpp kSliceCandidates)
+
+// No slice of the open block is complete at `tokens`: chains with nothing folded are complete.
+constexpr bool chains_trivially_complete(std::int64_t tokens, int ratio) { return tokens % ratio < kChainSliceRows; }
+
+// After a step from `prefix` to `end` tokens whose kernel folded every slice it completed into the
+// chains (`kept`) or not: complete if they were and the step either kept them or completed no slice.
+constexpr bool chains_complete_after_step(bool before, std::int64_t prefix, std::int64_t end, int ratio, bool kept) {
+  return chains_trivially_complete(end, ratio) ||
+         (before && (kept || end / kChainSliceRows == prefix / kChainSliceRows));
+}
+
+// After a rollback from `tokens` to `rolled_to`: complete if they were and no folded slice was dropped.
+constexpr bool chains_complete_after_rollback(bool before, std::int64_t tokens, std::int64_t rolled_to, int ratio) {
+  return chains_trivially_complete(rolled_to, ratio) ||
+         (before && rolled_to / kChainSliceRows == tokens / kChainSliceRows);
+}
+
+}  // namespace dsv4
