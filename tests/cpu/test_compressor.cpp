@@ -225,30 +225,39 @@ TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSnapshotIsSav
 }
 
 // The host's rule for a pool's slice chains (runtime/slice_chains.hpp) against a model of what the
-// kernel stores (cuda/compressor/two_pass.cuh, keep_slice_chains): random steps — decode steps of 1..8
-// tokens that keep the chains where the rule says they are complete, longer or unkept steps that do
-// not touch them, rollbacks — and whenever the rule says "complete", every group's chain holds
-// exactly the open block's complete slices of its range, in order; where a kept step folds a slice
-// or computes an event, the chains it reads are those.
+// kernel stores (cuda/compressor/two_pass.cuh, keep_slice_chains): random steps — decode steps of
+// 1..8 tokens that keep the chains where the rule lets them, longer or unkept steps that do not touch
+// them, rollbacks (whose floor is the highest count − 8) — and whenever the rule says "complete",
+// every group's chain (or, with "undo", the undo record for the next slice's group) holds exactly the
+// open block's complete slices of its range, in order; where a kept step folds a slice or computes an
+// event, the chains it reads are those.
 TEST(CompressorSliceChains, CompleteMeansTheChainsHoldTheOpenBlocksSlices) {
   std::mt19937_64 rng(testing::fresh_seed());
-  long folds = 0, chained_events = 0, rollbacks_that_drop = 0;
+  long folds = 0, folds_from_undo = 0, chained_events = 0, rollbacks_kept_by_undo = 0, rollbacks_lost = 0;
   for (const int m : {16, 64, 128}) {
     for (const int groups : {1, 2, 4}) {
       const int slices = m / kChainSliceRows;
       if (slices < groups) continue;
       const auto group_of = [&](int slice) { return slice * groups / slices; };  // its range holds it
       const auto first_of = [&](int g) { return g * slices / groups; };
+      const auto range = [&](int from, int to) {
+        std::vector<int> v;
+        for (int sl = from; sl < to; ++sl) v.push_back(sl);
+        return v;
+      };
       for (int run = 0; run < 40; ++run) {
         std::vector<std::vector<int>> chain(static_cast<std::size_t>(groups));  // the device's, per group
+        std::vector<int> undo_record;                                          // the device's
         std::int64_t tokens = 0, highest = 0;
-        bool complete = true;  // a fresh slot
+        ChainState state;  // a fresh slot
+        // What the kernel would read as group g's chain now.
+        const auto chain_read = [&](int g) { return state.undo && g == group_of(static_cast<int>(tokens % m) / kChainSliceRows)
+                                                        ? undo_record : chain[static_cast<std::size_t>(g)]; };
         const auto holds_open_block = [&]() {
           const int done = static_cast<int>(tokens % m) / kChainSliceRows;
           for (int g = 0; g < groups; ++g) {
-            std::vector<int> want;
-            for (int sl = first_of(g); sl < std::min(done, first_of(g + 1)); ++sl) want.push_back(sl);
-            if (!want.empty() && chain[static_cast<std::size_t>(g)] != want) return false;
+            const std::vector<int> want = range(first_of(g), std::min(done, first_of(g + 1)));
+            if (!want.empty() && chain_read(g) != want) return false;
           }
           return true;
         };
@@ -256,58 +265,66 @@ TEST(CompressorSliceChains, CompleteMeansTheChainsHoldTheOpenBlocksSlices) {
           const std::string where = "m " + std::to_string(m) + " groups " + std::to_string(groups) + " at " +
                                     std::to_string(tokens) + ", step " + std::to_string(step);
           const int kind = static_cast<int>(rng() % 10);
-          if (kind == 0 && tokens > 0) {  // a rollback of up to 8 tokens (not below the highest − 8)
+          if (kind <= 1 && tokens > 0) {  // a rollback of up to 8 tokens (not below the highest − 8)
             const std::int64_t to = std::max<std::int64_t>(
-                highest - 8, tokens - static_cast<std::int64_t>(rng() % 9));
-            const bool before = complete;
-            complete = chains_complete_after_rollback(complete, tokens, std::max<std::int64_t>(to, 0), m);
-            rollbacks_that_drop += before && !complete;
-            tokens = std::max<std::int64_t>(to, 0);
+                {highest - 8, tokens - static_cast<std::int64_t>(rng() % 9), 0});
+            const ChainState before = state;
+            state = chains_after_rollback(state, tokens, to, m);
+            rollbacks_kept_by_undo += !before.undo && state.undo;
+            rollbacks_lost += before.complete && !state.complete;
+            tokens = to;
           } else {
             const bool decode = kind < 8;
             const std::int64_t n = decode ? 1 + static_cast<std::int64_t>(rng() % kChainSliceRows)
                                           : 9 + static_cast<std::int64_t>(rng() % (3 * m));
             const std::int64_t end = tokens + n;
-            // The kernel keeps the chains only for a decode step whose chains are complete (and not
-            // always then: a step the split path cannot run keeps none).
-            const bool kept = decode && complete && rng() % 4 != 0;
+            const bool event = end / m > tokens / m;
+            // The launch keeps the chains only for a decode step whose chains are complete, not for an
+            // event waiting on the undo record (and not always then: a step the split path cannot run).
+            const bool kept = decode && state.complete && !(state.undo && event) && rng() % 4 != 0;
             if (kept) {
               const int done_before = static_cast<int>(tokens % m) / kChainSliceRows;
-              if (end / m > tokens / m) {  // the event: it reads every slice but the last
+              if (event) {  // it reads every slice but the last
                 ASSERT_EQ(end / m - tokens / m, 1) << where;
                 for (int g = 0; g < groups; ++g) {
-                  std::vector<int> want;
-                  for (int sl = first_of(g); sl < std::min(slices - 1, first_of(g + 1)); ++sl) want.push_back(sl);
-                  ASSERT_EQ(chain[static_cast<std::size_t>(g)], want) << where << ": the event's chains";
+                  ASSERT_EQ(chain_read(g), range(first_of(g), std::min(slices - 1, first_of(g + 1))))
+                      << where << ": the event's chains";
                 }
                 ++chained_events;
               } else if (static_cast<int>(end % m) / kChainSliceRows > done_before) {  // one slice completed
                 const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
                 ASSERT_EQ(slice, done_before) << where;
-                auto& mine = chain[static_cast<std::size_t>(group_of(slice))];
-                if (slice == first_of(group_of(slice))) mine.clear();
-                for (std::size_t k = 0; k < mine.size(); ++k) {
-                  ASSERT_EQ(mine[k], first_of(group_of(slice)) + static_cast<int>(k)) << where << ": the chain folded into";
+                const int g = group_of(slice);
+                std::vector<int> base;  // the kernel's: empty at a group's first slice
+                if (slice != first_of(g)) {
+                  base = state.undo ? undo_record : chain[static_cast<std::size_t>(g)];
+                  folds_from_undo += state.undo;
+                  ASSERT_EQ(base, range(first_of(g), slice)) << where << ": the chain folded into";
+                  undo_record = base;
                 }
-                ASSERT_EQ(static_cast<int>(mine.size()), slice - first_of(group_of(slice))) << where;
-                mine.push_back(slice);
+                base.push_back(slice);
+                chain[static_cast<std::size_t>(g)] = base;
                 ++folds;
               }
             }
-            complete = chains_complete_after_step(complete, tokens, end, m, kept);
+            state = chains_after_step(state, tokens, end, m, kept);
             tokens = end;
           }
           highest = std::max(highest, tokens);
-          if (complete) {
+          if (state.complete) {
             ASSERT_TRUE(holds_open_block()) << where << ": the rule says complete, the chains differ";
+          } else {
+            ASSERT_FALSE(state.undo) << where;
           }
         }
       }
     }
   }
   EXPECT_GT(folds, 1000);
+  EXPECT_GT(folds_from_undo, 100);
   EXPECT_GT(chained_events, 100);
-  EXPECT_GT(rollbacks_that_drop, 100);
+  EXPECT_GT(rollbacks_kept_by_undo, 100);
+  EXPECT_GT(rollbacks_lost, 10);
 }
 
 // A two-pass prefill's ring write spread over ring pieces (cuda/compressor/config.hpp,

@@ -959,8 +959,8 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
 // Two-pass long windows without overlap (C128) on the GPU keep slice chains (runtime/slice_chains.hpp,
 // two_pass.cuh keep_slice_chains): a decode step folds the slice it completes into them, and a block's event
 // merges them with its last slice instead of folding the whole window. One stream fed in decode
-// steps of 1..8 tokens from position 0, the same with rollbacks inside blocks (some drop a folded
-// slice, after which that block's event takes the split path), and after a prefill chunk ending
+// steps of 1..8 tokens from position 0, the same with rollbacks inside blocks (some drop the last
+// folded slice, which is then folded again onto the undo record), and after a prefill chunk ending
 // inside a block (chains incomplete until the next block) gives the bytes of the whole run; and every
 // step's plan takes the path the host's rule says. In the sanitizer set: the chains' small case.
 TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
@@ -1027,13 +1027,21 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
       EXPECT_EQ(layout.split_events, 0) << "at " << at;
     }
   }
-  // A rollback that drops a folded slice (slice 1 of block 2, completed at 2m + 16) but not slice 0
-  // leaves the chains incomplete: the block's steps no longer keep them.
+  // A rollback that drops the last folded slice (slice 1 of block 2, completed at 2m + 16) keeps the
+  // chains: the slice is folded again onto the undo record (the rollback runs above check its bytes).
   ASSERT_EQ(prefilled.fed, 2 * m + 5);
   EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 0";
   EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 1";
   prefilled.roll_back(6);
-  EXPECT_FALSE(prefilled.step(3).chains_kept.at(0)) << "after a rollback that dropped a folded slice";
+  const cuda::CompressStepLayout again = prefilled.step(3);
+  EXPECT_TRUE(again.chains_kept.at(0)) << "after a rollback that dropped the last folded slice";
+  EXPECT_EQ(again.chain_requests, 1) << "slice 1 folded again";
+  // A rollback into the previous block loses them: that block's event takes the split path again.
+  ASSERT_GE(fresh.fed, 2 * m);
+  fresh.roll_back(fresh.fed - (2 * m - 1));
+  const cuda::CompressStepLayout event = fresh.step(1);
+  EXPECT_FALSE(event.chains_kept.at(0)) << "after a rollback into the previous block";
+  EXPECT_EQ(event.split_events, 1) << "after a rollback into the previous block";
 }
 
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source

@@ -240,12 +240,16 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   for (std::size_t i = 0; i < requests.size(); ++i) {
     StepRequest& s = requests[i];
     const PlannedRequest& r = plan.requests[static_cast<std::size_t>(planned_index[i])];
-    if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates) {
+    // (An event needs every group's chain: none may wait in the undo record — it never does, as the
+    // slice a rollback dropped must be folded again before the block can end, but it stays a rule.)
+    if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates &&
+        !(r.chains_undo && s.num_events > 0)) {
       chains_kept[static_cast<std::size_t>(planned_index[i])] = true;
       const std::int64_t end = s.prefix + s.new_tokens;
-      s.chain = s.num_events > 0 || end % spec.ratio / compressor::kSliceCandidates >
-                                        s.prefix % spec.ratio / compressor::kSliceCandidates;
-      chain_requests += s.chain;
+      const bool work = s.num_events > 0 || end % spec.ratio / compressor::kSliceCandidates >
+                                                s.prefix % spec.ratio / compressor::kSliceCandidates;
+      s.chain = work ? compressor::kChainWork | (r.chains_undo ? compressor::kChainFromUndo : 0) : 0;
+      chain_requests += work;
       continue;
     }
     for (std::int64_t e = 0; split_step && e < s.num_events; ++e) {
@@ -425,7 +429,7 @@ int slice_chain_floats(const CompressorSpec& spec) {
   const bool chained = !spec.online && !spec.overlap && has_long_window(spec) &&
                        spec.ratio % compressor::kSliceCandidates == 0 &&
                        spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
-  return chained ? compressor::two_pass_groups(spec.width, true) * 3 * spec.width : 0;
+  return chained ? (compressor::two_pass_groups(spec.width, true) + 1) * 3 * spec.width : 0;  // + the undo record
 }
 
 void clear_entries(const EntryLayout& layout, std::uint8_t* pages, std::int64_t page_bytes, int entries_per_page,

@@ -480,6 +480,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 // owns it folds it from scratch, as a split unit would, and merges it into its chain; or the step
 // completes the block, whose event folds only its last slice and merges the groups as
 // two_pass_event does — the same operations in the same order as every other path, so the same bytes.
+// Each fold also stores its group's chain from before it as the slot's undo record, which stands in
+// for that chain after a rollback that drops the slice (kChainFromUndo).
 template <class Config>
 __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const StepRequest& r, int group, int lane,
                                            const Staging<Config>& staging, double* s_sum) {
@@ -488,13 +490,21 @@ __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const S
   const EventWindow window = event_window<Config>(p, rows, r, 0);  // the open block
   const int slices = slice_count(window.count);
   const int first = group * slices / Config::kGroups, end = (group + 1) * slices / Config::kGroups;
-  float* stored = p.chains + (static_cast<std::int64_t>(r.slot) * Config::kGroups + group) * 3 * c + 4 * lane;
-  const auto load_chain = [&] {
+  // [slot][kGroups chains, then the undo record][max | sum | weighted][c]
+  float* const slot_chains = p.chains + static_cast<std::int64_t>(r.slot) * (Config::kGroups + 1) * 3 * c + 4 * lane;
+  float* const stored = slot_chains + group * 3 * c;
+  float* const undo = slot_chains + Config::kGroups * 3 * c;
+  const auto load_chain = [&](const float* from) {
     SoftmaxPartial chain;
-    to_array(load_once(stored), chain.max);
-    to_array(load_once(stored + c), chain.sum);
-    to_array(load_once(stored + 2 * c), chain.weighted);
+    to_array(load_once(from), chain.max);
+    to_array(load_once(from + c), chain.sum);
+    to_array(load_once(from + 2 * c), chain.weighted);
     return chain;
+  };
+  const auto store_chain = [&](float* to, const SoftmaxPartial& chain) {
+    store4(to, make_float4(chain.max[0], chain.max[1], chain.max[2], chain.max[3]));
+    store4(to + c, make_float4(chain.sum[0], chain.sum[1], chain.sum[2], chain.sum[3]));
+    store4(to + 2 * c, make_float4(chain.weighted[0], chain.weighted[1], chain.weighted[2], chain.weighted[3]));
   };
   const auto fold_slice = [&](int slice, SoftmaxPartial& chain) {
     SoftmaxPartial folded = empty_partial();
@@ -507,17 +517,26 @@ __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const S
     const int done_after = static_cast<int>((r.prefix + r.new_tokens) % p.ratio) / kSliceCandidates;
     const int slice = done_after - 1;  // the one slice completed, if any
     if (done_after == done_before || slice < first || slice >= end) return;  // (no barrier follows)
-    SoftmaxPartial chain = slice == first ? empty_partial() : load_chain();
+    if (slice == first) {  // a group's first slice starts its chain (no undo record needed)
+      SoftmaxPartial chain = empty_partial();
+      fold_slice(slice, chain);
+      store_chain(stored, chain);
+      return;
+    }
+    // The chain before this slice, from the undo record where a rollback dropped this slice's first
+    // fold; it becomes the undo record (the same values where it came from there).
+    const SoftmaxPartial before = load_chain(r.chain & kChainFromUndo ? undo : stored);
+    SoftmaxPartial chain = before;
     fold_slice(slice, chain);
-    store4(stored, make_float4(chain.max[0], chain.max[1], chain.max[2], chain.max[3]));
-    store4(stored + c, make_float4(chain.sum[0], chain.sum[1], chain.sum[2], chain.sum[3]));
-    store4(stored + 2 * c, make_float4(chain.weighted[0], chain.weighted[1], chain.weighted[2], chain.weighted[3]));
+    store_chain(stored, chain);
+    store_chain(undo, before);
     return;
   }
-  // The block's event: every slice but the last is in the chains (each group's range holds one).
+  // The block's event: every slice but the last is in the chains (each group's range holds one; the
+  // launch never sends an event whose chain waits in the undo record).
   float norm[4];
   load_norm<Config>(p, lane, norm);
-  SoftmaxPartial chain = load_chain();
+  SoftmaxPartial chain = load_chain(stored);
   if (group == Config::kGroups - 1) fold_slice(slices - 1, chain);
   merge_groups<Config>(group, lane, staging, chain);
   float compressed[4];
