@@ -426,10 +426,14 @@ std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream) {
 
 int slice_chain_floats(const CompressorSpec& spec) {
   static_assert(compressor::kSliceCandidates == kChainSliceRows, "the host's slices are the kernels'");
+  // Every group's range must hold a slice before the block's last one: keep_slice_chains's event
+  // loads every group's chain (with 4 groups, ratios 24 and 32 would read one never written).
+  const int groups = compressor::two_pass_groups(spec.width, true);
   const bool chained = !spec.online && !spec.overlap && has_long_window(spec) &&
                        spec.ratio % compressor::kSliceCandidates == 0 &&
-                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
-  return chained ? (compressor::two_pass_groups(spec.width, true) + 1) * 3 * spec.width : 0;  // + the undo record
+                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates &&
+                       spec.ratio / compressor::kSliceCandidates >= 2 * groups;
+  return chained ? (groups + 1) * 3 * spec.width : 0;  // + the undo record
 }
 
 void clear_entries(const EntryLayout& layout, std::uint8_t* pages, std::int64_t page_bytes, int entries_per_page,
