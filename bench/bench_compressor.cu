@@ -213,7 +213,9 @@ struct Step {
   double bytes() const {
     const int m = spec.ratio, c = spec.width, w = spec.row_width();
     double total = static_cast<double>(plan.events.size()) * spec.layout().entry_bytes();
-    const double chain_bytes = static_cast<double>(cuda::slice_chain_floats(spec)) * 4;  // a slot's chains
+    // A slot's chains: kGroups chains and the undo record, 3·c floats each.
+    const int chain_records = cuda::slice_chain_floats(spec) / (3 * c);
+    const double record_bytes = 3.0 * c * 4;
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
       const PlannedRequest& r = plan.requests[i];
       const std::int64_t end = r.prefix_len + r.new_tokens;
@@ -226,16 +228,20 @@ struct Step {
       total += static_cast<double>(std::min<std::int64_t>(r.new_tokens, pool.records_per_slot())) * 2 * w * 4;
       if (i < layout.chains_kept.size() && layout.chains_kept[i]) {
         // Slice chains kept: the rows before the prefix of the slice the step completes (its block's
-        // last at an event), and the chains read (an event: all groups; a fold: one group's, unless the
-        // slice starts its group) and written (a fold).
+        // last at an event), and the chains an event reads (every group's), or a fold reads and
+        // writes (its group's chain and the undo record; only the chain where the slice starts its
+        // group).
+        if (!completes_slice(r.prefix_len, end)) continue;
         const std::int64_t slice_start = end / kChainSliceRows * kChainSliceRows - kChainSliceRows;
-        if (end / kChainSliceRows > r.prefix_len / kChainSliceRows && slice_start < r.prefix_len) {
-          total += static_cast<double>(r.prefix_len - slice_start) * 2 * c * 4;
-        }
+        if (slice_start < r.prefix_len) total += static_cast<double>(r.prefix_len - slice_start) * 2 * c * 4;
         if (r.num_events > 0) {
-          total += chain_bytes;
-        } else if (end / kChainSliceRows > r.prefix_len / kChainSliceRows) {
-          total += 2 * 3.0 * c * 4;  // one group's chain, read and written
+          total += (chain_records - 1) * record_bytes;
+        } else {
+          const int groups = chain_records - 1, slices = m / kChainSliceRows;
+          const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
+          bool starts_group = false;  // (group g's range starts at slice g·S/G)
+          for (int g = 0; g < groups; ++g) starts_group = starts_group || slice == g * slices / groups;
+          total += (starts_group ? 1 : 3) * record_bytes;  // the chain written; else read, written, undo written
         }
         continue;
       }

@@ -37,7 +37,6 @@ struct CompressorStateAccess {
     const auto s = static_cast<std::size_t>(slot);
     return {pool.chains_complete_[s], pool.chains_undo_[s]};
   }
-  // (Also for tests and benchmarks that build a slot's chains by hand.)
   static void set_chain_state(CompressorStatePool& pool, int slot, ChainState state) {
     const auto s = static_cast<std::size_t>(slot);
     pool.chains_complete_[s] = state.complete;

@@ -16,6 +16,11 @@ namespace dsv4 {
 
 inline constexpr int kChainSliceRows = 8;  // rows of a slice (cuda/compressor/config.hpp kSliceCandidates)
 
+// A step from `prefix` to `end` tokens completes a slice (ratios are multiples of a slice).
+constexpr bool completes_slice(std::int64_t prefix, std::int64_t end) {
+  return end / kChainSliceRows > prefix / kChainSliceRows;
+}
+
 // No slice of the open block is complete at `tokens`: chains with nothing folded are complete.
 constexpr bool chains_trivially_complete(std::int64_t tokens, int ratio) { return tokens % ratio < kChainSliceRows; }
 
@@ -34,7 +39,7 @@ constexpr ChainState chains_after_step(ChainState before, std::int64_t prefix, s
                                        bool kept) {
   if (chains_trivially_complete(end, ratio)) return {};
   if (!before.complete) return kChainsLost;
-  if (end / kChainSliceRows == prefix / kChainSliceRows) return before;  // no slice completed
+  if (!completes_slice(prefix, end)) return before;
   return kept ? ChainState{} : kChainsLost;
 }
 

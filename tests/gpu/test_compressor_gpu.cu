@@ -1003,7 +1003,7 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
     if (n == 0) continue;
     const std::int64_t at = fresh.fed;
     const cuda::CompressStepLayout layout = fresh.step(n);
-    const bool completes = (at + n) / kChainSliceRows > at / kChainSliceRows;
+    const bool completes = completes_slice(at, at + n);
     EXPECT_TRUE(layout.chains_kept.at(0)) << "decode step of " << n << " at " << at;
     EXPECT_EQ(layout.chain_requests, completes ? 1 : 0) << "decode step of " << n << " at " << at;
     EXPECT_EQ(layout.split_events, 0) << "decode step of " << n << " at " << at;

@@ -232,8 +232,9 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   }
   split_step = split_step && step_events <= compressor::kMaxSplitEvents;
   // In a split step, a request of at most one slice's tokens whose slice chains are complete keeps
-  // them (runtime/slice_chains.hpp): its ring item folds the slice it completes into them, or computes its
-  // event from them and the last slice (two_pass.cuh, keep_slice_chains); its events are no split events.
+  // them (runtime/slice_chains.hpp): a block of its own folds the slice it completes into them, or
+  // computes its event from them and the last slice (two_pass.cuh, keep_slice_chains); its events are
+  // no split events.
   const bool chains = split_step && a.chains != nullptr && slice_chain_floats(spec) > 0;
   std::vector<bool> chains_kept(plan.requests.size(), false);
   std::int32_t chain_requests = 0;
@@ -245,9 +246,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates &&
         !(r.chains_undo && s.num_events > 0)) {
       chains_kept[static_cast<std::size_t>(planned_index[i])] = true;
-      const std::int64_t end = s.prefix + s.new_tokens;
-      const bool work = s.num_events > 0 || end % spec.ratio / compressor::kSliceCandidates >
-                                                s.prefix % spec.ratio / compressor::kSliceCandidates;
+      const bool work = s.num_events > 0 || completes_slice(s.prefix, s.prefix + s.new_tokens);
       s.chain = work ? compressor::kChainWork | (r.chains_undo ? compressor::kChainFromUndo : 0) : 0;
       chain_requests += work;
       continue;

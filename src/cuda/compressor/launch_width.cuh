@@ -32,8 +32,8 @@ cudaError_t set_carveout_for_min_blocks(Kernel kernel, int blocks, int dynamic_b
   return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
 }
 
-// Launches `kernel` with `leading_blocks` blocks (split units and slice-chain blocks), then one unit per item
-// (num_items + ring_items; the split instantiation, `ring_items_only`: its ring items only).
+// Launches `kernel` with `leading_blocks` blocks (split units and slice-chain blocks), then one unit
+// per item (num_items + ring_items; the split instantiation, `ring_items_only`: its ring items only).
 template <class Config, class Kernel>
 cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t stream,
                          std::int64_t leading_blocks = 0, bool ring_items_only = false) {
@@ -52,7 +52,8 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
 }
 
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
-//   online: the online variant (after online_save_kernel where params.online_saved is set); long_window: more than kSingleGroupMaxCandidates candidates per event;
+//   online: the online variant (after online_save_kernel where params.online_saved is set);
+//   long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0 or params.chain_requests > 0 (long windows only): the split (decode)
 //   instantiation;
 //   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one

@@ -152,6 +152,14 @@ __device__ __forceinline__ SoftmaxPartial empty_partial() {
   return e;
 }
 
+// Stores a partial's [max | sum | weighted] rows of c floats at `to` (this lane's 4 channels: `to`
+// already offset by 4·lane): a split unit's partial, a slice chain.
+__device__ __forceinline__ void store_partial(float* to, int c, const SoftmaxPartial& partial) {
+  store4(to, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
+  store4(to + c, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
+  store4(to + 2 * c, make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
+}
+
 // into ← into ⊕ next (the statistics of both candidate sets). Merging an empty partial (either
 // side) copies the other exactly, so a chain's first slice and empty slices never change a bit. The
 // cases are picked by selects, not branches, so the four channels' chains overlap (a split event's
@@ -431,11 +439,7 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
     SoftmaxPartial partial = empty_partial();  // stays empty past the window's last slice
     pool_candidates<Config, false>(rows, window, min(slice * kSliceCandidates, window.count),
                                    min((slice + 1) * kSliceCandidates, window.count), lane, staging, partial);
-    float* mine = partials + slice * 3 * c;
-    store4(mine + 4 * lane, make_float4(partial.max[0], partial.max[1], partial.max[2], partial.max[3]));
-    store4(mine + c + 4 * lane, make_float4(partial.sum[0], partial.sum[1], partial.sum[2], partial.sum[3]));
-    store4(mine + 2 * c + 4 * lane,
-           make_float4(partial.weighted[0], partial.weighted[1], partial.weighted[2], partial.weighted[3]));
+    store_partial(partials + slice * 3 * c + 4 * lane, c, partial);
   }
   __threadfence();  // this thread's partials are visible GPU-wide before its unit counts itself done
   __syncthreads();  // every thread of the unit has stored and fenced
@@ -473,8 +477,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                        s_sum);
 }
 
-// A split step's request that keeps its slice chains and completes a slice or its block (StepRequest::chain; launch.cu,
-// runtime/slice_chains.hpp). The chains [slot][group][max | sum | weighted][c] hold, per group, the
+// A split step's request that keeps its slice chains and completes a slice or its block
+// (StepRequest::chain; launch.cu, runtime/slice_chains.hpp). The chains [slot][group][max | sum | weighted][c] hold, per group, the
 // left fold of the open block's complete slices in the group's range (no overlap: the window is the
 // block, K = m). A step of at most one slice's tokens completes at most one slice: the group that
 // owns it folds it from scratch, as a split unit would, and merges it into its chain; or the step
@@ -501,11 +505,6 @@ __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const S
     to_array(load_once(from + 2 * c), chain.weighted);
     return chain;
   };
-  const auto store_chain = [&](float* to, const SoftmaxPartial& chain) {
-    store4(to, make_float4(chain.max[0], chain.max[1], chain.max[2], chain.max[3]));
-    store4(to + c, make_float4(chain.sum[0], chain.sum[1], chain.sum[2], chain.sum[3]));
-    store4(to + 2 * c, make_float4(chain.weighted[0], chain.weighted[1], chain.weighted[2], chain.weighted[3]));
-  };
   const auto fold_slice = [&](int slice, SoftmaxPartial& chain) {
     SoftmaxPartial folded = empty_partial();
     pool_candidates<Config, false>(rows, window, slice * kSliceCandidates,
@@ -520,7 +519,7 @@ __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const S
     if (slice == first) {  // a group's first slice starts its chain (no undo record needed)
       SoftmaxPartial chain = empty_partial();
       fold_slice(slice, chain);
-      store_chain(stored, chain);
+      store_partial(stored, c, chain);
       return;
     }
     // The chain before this slice, from the undo record where a rollback dropped this slice's first
@@ -528,8 +527,8 @@ __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const S
     const SoftmaxPartial before = load_chain(r.chain & kChainFromUndo ? undo : stored);
     SoftmaxPartial chain = before;
     fold_slice(slice, chain);
-    store_chain(stored, chain);
-    store_chain(undo, before);
+    store_partial(stored, c, chain);
+    store_partial(undo, c, before);
     return;
   }
   // The block's event: every slice but the last is in the chains (each group's range holds one; the
