@@ -434,7 +434,7 @@ void decode_case(bench::Report& report, const Kind& kind, int requests, int new_
   const double code_warm_us = bench::time_us([&](cudaStream_t s) { kernel_only.launch(s); }, stream, code_warm);
   const double layer_graph_us = per_step_in_layer_graph_us(kind, prefixes, new_tokens, stream);
 
-  // Replays write the same entries (no step writes state its events read: a C128 head that folds a
+  // Replays write the same entries (no step writes state its events read: a C128 request that folds a
   // slice into its chain re-folds it each replay, but that chain is read by no event of the step), so
   // the reference runs on the state from before the timing; the kernel runs once more with the
   // compressed rows as output.
