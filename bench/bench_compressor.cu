@@ -213,8 +213,8 @@ struct Step {
   double bytes() const {
     const int m = spec.ratio, c = spec.width, w = spec.row_width();
     double total = static_cast<double>(plan.events.size()) * spec.layout().entry_bytes();
-    // A slot's chains: kGroups chains and the undo record, 3·c floats each.
-    const int chain_records = cuda::slice_chain_floats(spec) / (3 * c);
+    // A slot's chains: two buffers a group, 3·c floats each.
+    const int groups = cuda::slice_chain_floats(spec) / (2 * 3 * c);
     const double record_bytes = 3.0 * c * 4;
     for (std::size_t i = 0; i < plan.requests.size(); ++i) {
       const PlannedRequest& r = plan.requests[i];
@@ -229,19 +229,19 @@ struct Step {
       if (i < layout.chains_kept.size() && layout.chains_kept[i]) {
         // Slice chains kept: the rows before the prefix of the slice the step completes (its block's
         // last at an event), and the chains an event reads (every group's), or a fold reads and
-        // writes (its group's chain and the undo record; only the chain where the slice starts its
-        // group).
+        // writes (its group's chain through the slice before, and through this one; only the write
+        // where the slice starts its group).
         if (!completes_slice(r.prefix_len, end)) continue;
         const std::int64_t slice_start = end / kChainSliceRows * kChainSliceRows - kChainSliceRows;
         if (slice_start < r.prefix_len) total += static_cast<double>(r.prefix_len - slice_start) * 2 * c * 4;
         if (r.num_events > 0) {
-          total += (chain_records - 1) * record_bytes;
+          total += groups * record_bytes;
         } else {
-          const int groups = chain_records - 1, slices = m / kChainSliceRows;
+          const int slices = m / kChainSliceRows;
           const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
           bool starts_group = false;  // (group g's range starts at slice g·S/G)
           for (int g = 0; g < groups; ++g) starts_group = starts_group || slice == g * slices / groups;
-          total += (starts_group ? 1 : 3) * record_bytes;  // the chain written; else read, written, undo written
+          total += (starts_group ? 1 : 2) * record_bytes;  // the chain written; else also the one before read
         }
         continue;
       }

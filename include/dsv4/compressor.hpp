@@ -126,7 +126,6 @@ class CompressorStatePool {
   // complete slices (runtime/slice_chains.hpp), and whether they hold exactly those.
   Tensor chains_;                             // [num_slots, chain floats] F32, or empty
   std::vector<bool> chains_complete_;         // [num_slots]
-  std::vector<bool> chains_undo_;             // [num_slots] (runtime/slice_chains.hpp, ChainState)
 };
 
 // A zero-filled compressed cache for `spec` with page size `page_size` raw tokens
@@ -166,7 +165,6 @@ struct PlannedRequest {
   std::int64_t first_event = 0;  // index of its first event in CompressPlan::events
   std::int64_t num_events = 0;   // floor((prefix+new)/m) − floor(prefix/m)
   bool chains_complete = false;  // the slot's slice chains hold its open block's complete slices (CUDA C128)
-  bool chains_undo = false;      // ... but the next slice's group, whose chain is the undo record
 };
 struct PlannedEvent {
   int request = 0;               // index into CompressPlan::requests

@@ -121,9 +121,9 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
                 std::to_string(spec.max_positions));
 
     const auto [first, end] = completed_entries(spec, r.prefix_len, r.new_tokens);
-    const ChainState chains = r.slot != 0 ? CompressorStateAccess::chain_state(pool, r.slot) : kChainsLost;
     PlannedRequest planned{r.slot, r.prefix_len, r.new_tokens, plan.total_rows,
-                           static_cast<std::int64_t>(plan.events.size()), end - first, chains.complete, chains.undo};
+                           static_cast<std::int64_t>(plan.events.size()), end - first,
+                           r.slot != 0 && CompressorStateAccess::chains_complete(pool, r.slot)};
     for (std::int64_t n = first; n < end; ++n) {
       const std::int64_t logical = n / per_page;
       const std::int32_t physical = checked_physical_page(cache, r.page_table, logical, name + ".page_table");

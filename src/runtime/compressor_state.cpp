@@ -84,7 +84,6 @@ CompressorStatePool::CompressorStatePool(const CompressorSpec& spec, int num_slo
   }
 #endif
   chains_complete_.assign(static_cast<std::size_t>(num_slots), true);
-  chains_undo_.assign(static_cast<std::size_t>(num_slots), false);
   tokens_.assign(static_cast<std::size_t>(num_slots), 0);
   rollback_floor_.assign(static_cast<std::size_t>(num_slots), 0);
   allocated_.assign(static_cast<std::size_t>(num_slots), false);
@@ -98,7 +97,6 @@ int CompressorStatePool::allocate() {
       tokens_[i] = 0;
       rollback_floor_[i] = 0;
       chains_complete_[i] = true;  // nothing to fold yet
-      chains_undo_[i] = false;
       return s;
     }
   }

@@ -17,30 +17,25 @@ struct CompressorStateAccess {
   // `chains_kept`: the step's kernel folded every slice it completed into the slot's chains.
   static void advance(CompressorStatePool& pool, int slot, std::int64_t tokens, bool chains_kept) {
     const auto s = static_cast<std::size_t>(slot);
-    set_chain_state(pool, slot, chains_after_step(chain_state(pool, slot), pool.tokens_[s], tokens, pool.spec_.ratio,
-                                                  chains_kept));
+    pool.chains_complete_[s] =
+        chains_complete_after_step(pool.chains_complete_[s], pool.tokens_[s], tokens, pool.spec_.ratio, chains_kept);
     pool.tokens_[s] = tokens;
     pool.rollback_floor_[s] = std::max(pool.rollback_floor_[s], tokens - pool.spec_.max_rollback);
   }
   static void rewind(CompressorStatePool& pool, int slot, std::int64_t tokens) {
     const auto s = static_cast<std::size_t>(slot);
-    set_chain_state(pool, slot, chains_after_rollback(chain_state(pool, slot), pool.tokens_[s], tokens, pool.spec_.ratio));
+    pool.chains_complete_[s] =
+        chains_complete_after_rollback(pool.chains_complete_[s], pool.tokens_[s], tokens, pool.spec_.ratio);
     pool.tokens_[s] = tokens;
   }
   // A forked slot starts at `tokens` and may not roll back before it (its chains hold nothing).
   static void start_at(CompressorStatePool& pool, int slot, std::int64_t tokens) {
     pool.tokens_[static_cast<std::size_t>(slot)] = tokens;
     pool.rollback_floor_[static_cast<std::size_t>(slot)] = tokens;
-    set_chain_state(pool, slot, chains_trivially_complete(tokens, pool.spec_.ratio) ? ChainState{} : kChainsLost);
+    pool.chains_complete_[static_cast<std::size_t>(slot)] = chains_trivially_complete(tokens, pool.spec_.ratio);
   }
-  static ChainState chain_state(const CompressorStatePool& pool, int slot) {
-    const auto s = static_cast<std::size_t>(slot);
-    return {pool.chains_complete_[s], pool.chains_undo_[s]};
-  }
-  static void set_chain_state(CompressorStatePool& pool, int slot, ChainState state) {
-    const auto s = static_cast<std::size_t>(slot);
-    pool.chains_complete_[s] = state.complete;
-    pool.chains_undo_[s] = state.undo;
+  static bool chains_complete(const CompressorStatePool& pool, int slot) {
+    return pool.chains_complete_[static_cast<std::size_t>(slot)];
   }
   // The slice chains [num_slots, chain floats] (device), or null where the pool has none.
   static float* chains(const CompressorStatePool& pool) {

@@ -7,7 +7,8 @@
 // operations, in the same order, as folding the whole window, so the same bytes. The host tracks per
 // slot whether the chains hold exactly the complete slices of the open block ("complete"); only then
 // does a step use them (launch.cu), and a step that does not keep them leaves them incomplete until
-// the next block starts. A rollback that drops the last folded slice keeps them, through an undo record.
+// the next block starts. Each group keeps its chains through its last two slices (by parity), so a
+// rollback that drops the last folded slice keeps them, and a repeated fold writes the same values.
 #pragma once
 
 #include <cstdint>
@@ -24,35 +25,19 @@ constexpr bool completes_slice(std::int64_t prefix, std::int64_t end) {
 // No slice of the open block is complete at `tokens`: chains with nothing folded are complete.
 constexpr bool chains_trivially_complete(std::int64_t tokens, int ratio) { return tokens % ratio < kChainSliceRows; }
 
-// What the host knows of a slot's chains. `undo`: complete but for the group of the next slice to
-// fold, whose chain is the slot's undo record instead — a rollback dropped the last folded slice,
-// and each fold keeps, as the undo record, its group's chain from before it.
-struct ChainState {
-  bool complete = true;
-  bool undo = false;
-};
-inline constexpr ChainState kChainsLost{false, false};
-
 // After a step from `prefix` to `end` tokens whose kernel folded every slice it completed into the
 // chains (`kept`) or not: complete if they were and the step kept them or completed no slice.
-constexpr ChainState chains_after_step(ChainState before, std::int64_t prefix, std::int64_t end, int ratio,
-                                       bool kept) {
-  if (chains_trivially_complete(end, ratio)) return {};
-  if (!before.complete) return kChainsLost;
-  if (!completes_slice(prefix, end)) return before;
-  return kept ? ChainState{} : kChainsLost;
+constexpr bool chains_complete_after_step(bool before, std::int64_t prefix, std::int64_t end, int ratio, bool kept) {
+  return chains_trivially_complete(end, ratio) || (before && (kept || !completes_slice(prefix, end)));
 }
 
-// After a rollback from `tokens` to `rolled_to`: unchanged if no folded slice was dropped; with the
-// undo record standing for its group's chain if exactly the last folded one was (max_rollback ≤ 8
-// drops at most one, and never a second before the first is folded again); lost otherwise.
-constexpr ChainState chains_after_rollback(ChainState before, std::int64_t tokens, std::int64_t rolled_to,
-                                           int ratio) {
-  if (chains_trivially_complete(rolled_to, ratio)) return {};
-  if (!before.complete || rolled_to / ratio != tokens / ratio) return kChainsLost;
-  const std::int64_t dropped = tokens / kChainSliceRows - rolled_to / kChainSliceRows;
-  if (dropped == 0) return before;
-  return dropped == 1 && !before.undo ? ChainState{true, true} : kChainsLost;
+// After a rollback from `tokens` to `rolled_to`: complete if they were and at most the last folded
+// slice was dropped (its group's chain through the slice before it is the other of its two buffers;
+// max_rollback ≤ 8 never drops more), in the same block.
+constexpr bool chains_complete_after_rollback(bool before, std::int64_t tokens, std::int64_t rolled_to, int ratio) {
+  return chains_trivially_complete(rolled_to, ratio) ||
+         (before && rolled_to / ratio == tokens / ratio &&
+          tokens / kChainSliceRows - rolled_to / kChainSliceRows <= 1);
 }
 
 }  // namespace dsv4

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -225,106 +226,97 @@ TEST(CompressorOnlineSnapshots, KeptCountsAreWrittenOnceAndTheHeadsSnapshotIsSav
 }
 
 // The host's rule for a pool's slice chains (runtime/slice_chains.hpp) against a model of what the
-// kernel stores (cuda/compressor/two_pass.cuh, keep_slice_chains): random steps — decode steps of
-// 1..8 tokens that keep the chains where the rule lets them, longer or unkept steps that do not touch
-// them, rollbacks (whose floor is the highest count − 8) — and whenever the rule says "complete",
-// every group's chain (or, with "undo", the undo record for the next slice's group) holds exactly the
-// open block's complete slices of its range, in order; where a kept step folds a slice or computes an
-// event, the chains it reads are those.
-TEST(CompressorSliceChains, CompleteMeansTheChainsHoldTheOpenBlocksSlices) {
+// kernel stores and reads (cuda/compressor/two_pass.cuh, keep_slice_chains: per group two buffers by
+// the parity of the chain's last slice), for every ratio and group count the device keeps chains for
+// (cuda::slice_chain_floats: no overlap, 24..128 rows; 2 groups at c = 512, 4 at c = 128): random
+// steps — decode steps of 1..8 tokens that keep the chains where the rule lets them (folds sometimes
+// repeated, as a replayed step does), longer or unkept steps that do not touch them, rollbacks (whose
+// floor is the highest count − 8) — and wherever a kept step folds a slice or computes an event, the
+// chains it reads hold exactly the open block's slices they stand for. Buffers never written hold a
+// marker (the pool starts zeroed, which is no empty chain), so a read of one fails.
+TEST(CompressorSliceChains, KeptStepsReadChainsHoldingTheOpenBlocksSlices) {
   std::mt19937_64 rng(testing::fresh_seed());
-  long folds = 0, folds_from_undo = 0, chained_events = 0, rollbacks_kept_by_undo = 0, rollbacks_lost = 0;
-  for (const int m : {16, 64, 128}) {
-    for (const int groups : {1, 2, 4}) {
+  long folds = 0, repeated_folds = 0, chained_events = 0, refolds_after_rollback = 0, rollbacks_lost = 0;
+  const std::vector<int> never_written = {-1};
+  for (int m = 24; m <= 128; m += kChainSliceRows) {
+    for (const int groups : {2, 4}) {
       const int slices = m / kChainSliceRows;
-      if (slices < groups) continue;
-      const auto group_of = [&](int slice) { return slice * groups / slices; };  // its range holds it
-      const auto first_of = [&](int g) { return g * slices / groups; };
+      const auto first_of = [&](int g) { return g * slices / groups; };  // group g: [first_of(g), first_of(g + 1))
+      const auto group_of = [&](int slice) {
+        int g = 0;
+        while (first_of(g + 1) <= slice) ++g;
+        return g;
+      };
       const auto range = [&](int from, int to) {
         std::vector<int> v;
         for (int sl = from; sl < to; ++sl) v.push_back(sl);
         return v;
       };
-      for (int run = 0; run < 40; ++run) {
-        std::vector<std::vector<int>> chain(static_cast<std::size_t>(groups));  // the device's, per group
-        std::vector<int> undo_record;                                          // the device's
-        std::int64_t tokens = 0, highest = 0;
-        ChainState state;  // a fresh slot
-        // What the kernel would read as group g's chain now.
-        const auto chain_read = [&](int g) { return state.undo && g == group_of(static_cast<int>(tokens % m) / kChainSliceRows)
-                                                        ? undo_record : chain[static_cast<std::size_t>(g)]; };
-        const auto holds_open_block = [&]() {
-          const int done = static_cast<int>(tokens % m) / kChainSliceRows;
-          for (int g = 0; g < groups; ++g) {
-            const std::vector<int> want = range(first_of(g), std::min(done, first_of(g + 1)));
-            if (!want.empty() && chain_read(g) != want) return false;
-          }
-          return true;
+      for (int run = 0; run < 30; ++run) {
+        // The device's buffers: [group][parity] → the slices folded into it.
+        std::vector<std::array<std::vector<int>, 2>> buffer(static_cast<std::size_t>(groups), {never_written, never_written});
+        // What the kernel reads as group g's chain through `slice` (empty before the group's range).
+        const auto chain_through = [&](int g, int slice) {
+          return slice < first_of(g) ? std::vector<int>{} : buffer[static_cast<std::size_t>(g)][static_cast<std::size_t>(slice % 2)];
         };
-        for (int step = 0; step < 400; ++step) {
+        std::int64_t tokens = 0, highest = 0;
+        bool complete = true;  // a fresh slot
+        int last_dropped = -1;
+        for (int step = 0; step < 300; ++step) {
           const std::string where = "m " + std::to_string(m) + " groups " + std::to_string(groups) + " at " +
                                     std::to_string(tokens) + ", step " + std::to_string(step);
           const int kind = static_cast<int>(rng() % 10);
           if (kind <= 1 && tokens > 0) {  // a rollback of up to 8 tokens (not below the highest − 8)
-            const std::int64_t to = std::max<std::int64_t>(
-                {highest - 8, tokens - static_cast<std::int64_t>(rng() % 9), 0});
-            const ChainState before = state;
-            state = chains_after_rollback(state, tokens, to, m);
-            rollbacks_kept_by_undo += !before.undo && state.undo;
-            rollbacks_lost += before.complete && !state.complete;
+            const std::int64_t to = std::max<std::int64_t>({highest - 8, tokens - static_cast<std::int64_t>(rng() % 9), 0});
+            const bool before = complete;
+            complete = chains_complete_after_rollback(complete, tokens, to, m);
+            rollbacks_lost += before && !complete;
+            if (to / kChainSliceRows < tokens / kChainSliceRows) last_dropped = static_cast<int>(to % m) / kChainSliceRows;
             tokens = to;
-          } else {
-            const bool decode = kind < 8;
-            const std::int64_t n = decode ? 1 + static_cast<std::int64_t>(rng() % kChainSliceRows)
-                                          : 9 + static_cast<std::int64_t>(rng() % (3 * m));
-            const std::int64_t end = tokens + n;
-            const bool event = end / m > tokens / m;
-            // The launch keeps the chains only for a decode step whose chains are complete, not for an
-            // event waiting on the undo record (and not always then: a step the split path cannot run).
-            const bool kept = decode && state.complete && !(state.undo && event) && rng() % 4 != 0;
-            if (kept) {
-              const int done_before = static_cast<int>(tokens % m) / kChainSliceRows;
-              if (event) {  // it reads every slice but the last
-                ASSERT_EQ(end / m - tokens / m, 1) << where;
-                for (int g = 0; g < groups; ++g) {
-                  ASSERT_EQ(chain_read(g), range(first_of(g), std::min(slices - 1, first_of(g + 1))))
-                      << where << ": the event's chains";
-                }
-                ++chained_events;
-              } else if (static_cast<int>(end % m) / kChainSliceRows > done_before) {  // one slice completed
-                const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
-                ASSERT_EQ(slice, done_before) << where;
-                const int g = group_of(slice);
-                std::vector<int> base;  // the kernel's: empty at a group's first slice
-                if (slice != first_of(g)) {
-                  base = state.undo ? undo_record : chain[static_cast<std::size_t>(g)];
-                  folds_from_undo += state.undo;
-                  ASSERT_EQ(base, range(first_of(g), slice)) << where << ": the chain folded into";
-                  undo_record = base;
-                }
-                base.push_back(slice);
-                chain[static_cast<std::size_t>(g)] = base;
-                ++folds;
+            continue;
+          }
+          const bool decode = kind < 8;
+          const std::int64_t n = decode ? 1 + static_cast<std::int64_t>(rng() % kChainSliceRows)
+                                        : 9 + static_cast<std::int64_t>(rng() % (3 * m));
+          const std::int64_t end = tokens + n;
+          // The launch keeps the chains for a decode step whose chains are complete (not always: a
+          // step the split path cannot run keeps none).
+          const bool kept = decode && complete && rng() % 4 != 0;
+          if (kept) {
+            const int done_before = static_cast<int>(tokens % m) / kChainSliceRows;
+            if (end / m > tokens / m) {  // the event: each group's chain through its last slice before the last
+              ASSERT_EQ(end / m - tokens / m, 1) << where;
+              for (int g = 0; g < groups; ++g) {
+                const int through = std::min(first_of(g + 1), slices - 1) - 1;
+                ASSERT_EQ(chain_through(g, through), range(first_of(g), through + 1)) << where << ": the event's chains";
               }
+              ++chained_events;
+            } else if (static_cast<int>(end % m) / kChainSliceRows > done_before) {  // one slice completed
+              const int slice = static_cast<int>(end % m) / kChainSliceRows - 1;
+              ASSERT_EQ(slice, done_before) << where;
+              const int g = group_of(slice);
+              std::vector<int> chain = chain_through(g, slice - 1);
+              ASSERT_EQ(chain, range(first_of(g), slice)) << where << ": the chain folded into";
+              chain.push_back(slice);
+              const int repeats = rng() % 8 == 0 ? 2 : 1;  // a replayed step folds again: the same values
+              for (int k = 0; k < repeats; ++k) buffer[static_cast<std::size_t>(g)][static_cast<std::size_t>(slice % 2)] = chain;
+              repeated_folds += repeats - 1;
+              refolds_after_rollback += slice == last_dropped;
+              ++folds;
             }
-            state = chains_after_step(state, tokens, end, m, kept);
-            tokens = end;
           }
+          complete = chains_complete_after_step(complete, tokens, end, m, kept);
+          tokens = end;
           highest = std::max(highest, tokens);
-          if (state.complete) {
-            ASSERT_TRUE(holds_open_block()) << where << ": the rule says complete, the chains differ";
-          } else {
-            ASSERT_FALSE(state.undo) << where;
-          }
         }
       }
     }
   }
-  EXPECT_GT(folds, 1000);
-  EXPECT_GT(folds_from_undo, 100);
-  EXPECT_GT(chained_events, 100);
-  EXPECT_GT(rollbacks_kept_by_undo, 100);
-  EXPECT_GT(rollbacks_lost, 10);
+  EXPECT_GT(folds, 10000);
+  EXPECT_GT(repeated_folds, 1000);
+  EXPECT_GT(chained_events, 200);
+  EXPECT_GT(refolds_after_rollback, 1000);
+  EXPECT_GT(rollbacks_lost, 100);
 }
 
 // A two-pass prefill's ring write spread over ring pieces (cuda/compressor/config.hpp,

@@ -28,6 +28,7 @@
 #include "dsv4/rope.hpp"
 #include "ops/compress_args.hpp"
 #include "ref/compressor_ref.hpp"
+#include "runtime/compressor_state_access.hpp"
 #include "runtime/slice_chains.hpp"
 
 namespace dsv4 {
@@ -45,6 +46,8 @@ std::vector<Case> gpu_cases() {
   cases.push_back({"C128IndexerFP8", 128, false, EntryKind::IndexerFP8, false});
   cases.push_back({"C128OnlineIndexerFP4", 128, false, EntryKind::IndexerFP4, true});
   cases.push_back({"C16Overlap", 16, true, EntryKind::Attention, false});
+  // Slice chains with 4 slices over 4 groups: the last group holds only the block's last slice.
+  cases.push_back({"C32IndexerFP8", 32, false, EntryKind::IndexerFP8, false});
   return cases;
 }
 const std::vector<Case> kCases = gpu_cases();
@@ -80,7 +83,18 @@ class ScopedSetting {
   T before_;
 };
 
-std::vector<std::uint8_t> state_bytes(const CompressorStatePool& pool) { return host_vector<std::uint8_t>(pool.storage()); }
+// A pool's device state: its records and, where it keeps them, its slice chains (runtime/slice_chains.hpp).
+std::vector<std::uint8_t> state_bytes(const CompressorStatePool& pool) {
+  std::vector<std::uint8_t> bytes = host_vector<std::uint8_t>(pool.storage());
+  const float* chains = CompressorStateAccess::chains(pool);
+  if (chains != nullptr) {
+    std::vector<std::uint8_t> more(static_cast<std::size_t>(pool.num_slots()) *
+                                   static_cast<std::size_t>(cuda::slice_chain_floats(pool.spec())) * sizeof(float));
+    EXPECT_EQ(cudaMemcpy(more.data(), chains, more.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    bytes.insert(bytes.end(), more.begin(), more.end());
+  }
+  return bytes;
+}
 
 // The compressed rows behind a written cache entry, GPU and CPU (for the failure messages).
 struct WrittenEntry {
@@ -960,7 +974,7 @@ TEST_P(CompressorGpu, SanitizePrefillAndDecodeKernelsAgree) {
 // two_pass.cuh keep_slice_chains): a decode step folds the slice it completes into them, and a block's event
 // merges them with its last slice instead of folding the whole window. One stream fed in decode
 // steps of 1..8 tokens from position 0, the same with rollbacks inside blocks (some drop the last
-// folded slice, which is then folded again onto the undo record), and after a prefill chunk ending
+// folded slice, which is then folded again onto its group's other buffer), and after a prefill chunk ending
 // inside a block (chains incomplete until the next block) gives the bytes of the whole run; and every
 // step's plan takes the path the host's rule says. In the sanitizer set: the chains' small case.
 TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
@@ -1028,7 +1042,8 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
     }
   }
   // A rollback that drops the last folded slice (slice 1 of block 2, completed at 2m + 16) keeps the
-  // chains: the slice is folded again onto the undo record (the rollback runs above check its bytes).
+  // chains: the slice is folded again from its group's other buffer (the rollback runs above check
+  // the bytes).
   ASSERT_EQ(prefilled.fed, 2 * m + 5);
   EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 0";
   EXPECT_EQ(prefilled.step(8).chain_requests, 1) << "the step completing slice 1";
@@ -1118,19 +1133,31 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
     requests.push_back(twin.add_request(rng, request_tokens(rng, s.ratio, 1, 3) + 8));
     ASSERT_EQ(captured.pool.allocate(), requests.back().slot);
   }
-  // Same prefill on both pools through the API.
+  // Same steps on both pools through the API: a prefill to a block boundary, then decode steps of up
+  // to 8 tokens to 8 tokens before each stream's end (so C128 slots keep complete slice chains, and
+  // the captured step folds slices into them).
   const int w = s.row_width();
   CompressBatch batch;
   std::vector<float> kv, score;
-  for (Request& r : requests) {
-    const std::int64_t n = r.stream.tokens - 8;
-    batch.push_back(CompressRequest{r.slot, 0, n, r.page_table});
-    kv.insert(kv.end(), r.stream.kv.begin(), r.stream.kv.begin() + n * w);
-    score.insert(score.end(), r.stream.score.begin(), r.stream.score.begin() + n * w);
+  StepRows rows;
+  for (bool prefill = true;; prefill = false) {
+    batch.clear();
+    kv.clear();
+    score.clear();
+    for (Request& r : requests) {
+      const std::int64_t target = r.stream.tokens - 8;
+      const std::int64_t n = prefill ? target / s.ratio * s.ratio : std::min<std::int64_t>(8, target - r.fed);
+      if (n == 0) continue;
+      batch.push_back(CompressRequest{r.slot, r.fed, n, r.page_table});
+      kv.insert(kv.end(), r.stream.kv.begin() + r.fed * w, r.stream.kv.begin() + (r.fed + n) * w);
+      score.insert(score.end(), r.stream.score.begin() + r.fed * w, r.stream.score.begin() + (r.fed + n) * w);
+      r.fed += n;
+    }
+    if (batch.empty()) break;
+    rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
+    compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
+    compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool, captured.cache);
   }
-  StepRows rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
-  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
-  compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool, captured.cache);
 
   // A decode step of 1..8 tokens each: API on one pool, a captured graph on the other.
   batch.clear();
@@ -1163,6 +1190,7 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // a replay of the same step rewrites the same bytes
+                                                         // (slice chains included)
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -241,14 +241,10 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   for (std::size_t i = 0; i < requests.size(); ++i) {
     StepRequest& s = requests[i];
     const PlannedRequest& r = plan.requests[static_cast<std::size_t>(planned_index[i])];
-    // (An event needs every group's chain: none may wait in the undo record — it never does, as the
-    // slice a rollback dropped must be folded again before the block can end, but it stays a rule.)
-    if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates &&
-        !(r.chains_undo && s.num_events > 0)) {
+    if (chains && r.chains_complete && s.new_tokens <= compressor::kSliceCandidates) {
       chains_kept[static_cast<std::size_t>(planned_index[i])] = true;
-      const bool work = s.num_events > 0 || completes_slice(s.prefix, s.prefix + s.new_tokens);
-      s.chain = work ? compressor::kChainWork | (r.chains_undo ? compressor::kChainFromUndo : 0) : 0;
-      chain_requests += work;
+      s.chain = s.num_events > 0 || completes_slice(s.prefix, s.prefix + s.new_tokens);
+      chain_requests += s.chain;
       continue;
     }
     for (std::int64_t e = 0; split_step && e < s.num_events; ++e) {
@@ -425,14 +421,12 @@ std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream) {
 
 int slice_chain_floats(const CompressorSpec& spec) {
   static_assert(compressor::kSliceCandidates == kChainSliceRows, "the host's slices are the kernels'");
-  // Every group's range must hold a slice before the block's last one: keep_slice_chains's event
-  // loads every group's chain (with 4 groups, ratios 24 and 32 would read one never written).
+  // (keep_slice_chains starts a group whose range holds no slice before the block's last empty.)
   const int groups = compressor::two_pass_groups(spec.width, true);
   const bool chained = !spec.online && !spec.overlap && has_long_window(spec) &&
                        spec.ratio % compressor::kSliceCandidates == 0 &&
-                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates &&
-                       spec.ratio / compressor::kSliceCandidates >= 2 * groups;
-  return chained ? (groups + 1) * 3 * spec.width : 0;  // + the undo record
+                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
+  return chained ? groups * 2 * 3 * spec.width : 0;  // two buffers a group
 }
 
 void clear_entries(const EntryLayout& layout, std::uint8_t* pages, std::int64_t page_bytes, int entries_per_page,

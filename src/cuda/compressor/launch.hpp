@@ -80,10 +80,8 @@ enum class StepMetadata {
 // Launches the step on `stream` (a cudaStream_t; null = the default stream). `device_layout` (16-byte
 // aligned, layout.device_bytes long) starts with a copy of layout.bytes and must stay valid until the
 // kernel has run; the kernel uses the rest as scratch and leaves the uploaded bytes as they were
-// (the split counters return to zero), so a captured graph may replay it — but not a step in which a
-// C128 request folds a slice into its slice chains (chains_kept, chain_requests): the fold merges the
-// slice into the chain it reads, so a repeat folds it twice (a serving loop replays a graph with each
-// new step's metadata, which is fine; docs/prepared/next-chain-parity.patch makes folds repeatable).
+// (the split counters return to zero; a slice-chain fold writes the other buffer than it reads), so
+// a captured graph may replay it.
 // Throws Error("device") when the launch fails.
 void launch_compress_step(const ref::CompressArgs& args, const CompressStepLayout& layout, void* device_layout,
                           void* stream, StepMetadata metadata = StepMetadata::InParametersWhenSmall);
@@ -124,9 +122,8 @@ compressor::OnlineStages set_online_stages(compressor::OnlineStages stages);
 // planned request, whether the step kept its slice chains (CompressStepLayout::chains_kept).
 std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream = nullptr);
 
-// Floats of a slot's slice chains (runtime/slice_chains.hpp) for `spec`: (groups + 1 undo record) × 3 ×
-// c for two-pass long windows without overlap whose windows fit the split path and hold at least two
-// slices a group (ratios 40..128 at c = 128, 32..128 at c = 512), else 0 (no chains).
+// Floats of a slot's slice chains (runtime/slice_chains.hpp) for `spec`: groups × 2 buffers × 3 × c for
+// two-pass long windows without overlap whose windows fit the split path (C128; ratios 24..128), else 0.
 int slice_chain_floats(const CompressorSpec& spec);
 
 // Zeroes the cache entries at physical `slots` (both byte runs of each entry) on the device.

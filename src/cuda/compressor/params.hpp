@@ -47,16 +47,13 @@ struct StepRequest {
   std::int64_t new_tokens = 0;   // ≥ 1
   std::int64_t row_begin = 0;    // its first row in kv / score
   std::int32_t first_event = 0;  // its first event's row in the optional outputs
-  std::int32_t chain = 0;        // kChainWork | kChainFromUndo, or 0 (launch.cu; two_pass.cuh keep_slice_chains)
+  std::int32_t chain = 0;        // 1: it keeps its slice chains and completes a slice or its block (launch.cu)
   std::int32_t slot = 0;         // state slot (≥ 1)
   std::int32_t num_events = 0;   // entries completed in this step
   std::int32_t page_offset = 0;  // index in StepLayout::pages of the page of its first event
   std::int32_t first_page = 0;   // logical page held at pages[page_offset]
 };
 static_assert(sizeof(StepRequest) == 48, "uploaded as raw bytes");
-// StepRequest::chain: the request keeps its slice chains and completes a slice or its block in the
-// step; the chain of the slice's group is the undo record (runtime/slice_chains.hpp, ChainState).
-inline constexpr std::int32_t kChainWork = 1, kChainFromUndo = 2;
 
 // Events a two-pass request's head item computes: those of its first coff whose windows start below
 // the prefix (they read ring rows, which the step's ring write replaces; the windows' starts grow

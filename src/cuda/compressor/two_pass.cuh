@@ -478,64 +478,58 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
 }
 
 // A split step's request that keeps its slice chains and completes a slice or its block
-// (StepRequest::chain; launch.cu, runtime/slice_chains.hpp). The chains [slot][group][max | sum | weighted][c] hold, per group, the
-// left fold of the open block's complete slices in the group's range (no overlap: the window is the
-// block, K = m). A step of at most one slice's tokens completes at most one slice: the group that
-// owns it folds it from scratch, as a split unit would, and merges it into its chain; or the step
-// completes the block, whose event folds only its last slice and merges the groups as
-// two_pass_event does — the same operations in the same order as every other path, so the same bytes.
-// Each fold also stores its group's chain from before it as the slot's undo record, which stands in
-// for that chain after a rollback that drops the slice (kChainFromUndo).
+// (StepRequest::chain; launch.cu, runtime/slice_chains.hpp). A group's chain is the left fold of the
+// open block's complete slices in its range (no overlap: the window is the block, K = m), kept in one
+// of two buffers by the parity of its last slice: [slot][group][2][max | sum | weighted][c]. Folding
+// slice s reads the chain of s − 1 (or starts empty at the group's first slice) and writes the other
+// buffer, so a fold repeated (a replayed step) writes the same values, and after a rollback that
+// drops s the chain of s − 1 is still there. A step of at most one slice's tokens completes at most
+// one slice: the owning group folds it from scratch, as a split unit would, and merges it into the
+// chain; or the step completes the block, whose event folds only its last slice and merges the
+// groups as two_pass_event does — the same operations in the same order as every other path, so the
+// same bytes.
 template <class Config>
 __device__ __forceinline__ void keep_slice_chains(const KernelParams& p, const StepRequest& r, int group, int lane,
-                                           const Staging<Config>& staging, double* s_sum) {
+                                                  const Staging<Config>& staging, double* s_sum) {
   constexpr int c = Config::kWidth;
   const RingRows rows(p, r);
   const EventWindow window = event_window<Config>(p, rows, r, 0);  // the open block
   const int slices = slice_count(window.count);
   const int first = group * slices / Config::kGroups, end = (group + 1) * slices / Config::kGroups;
-  // [slot][kGroups chains, then the undo record][max | sum | weighted][c]
-  float* const slot_chains = p.chains + static_cast<std::int64_t>(r.slot) * (Config::kGroups + 1) * 3 * c + 4 * lane;
-  float* const stored = slot_chains + group * 3 * c;
-  float* const undo = slot_chains + Config::kGroups * 3 * c;
-  const auto load_chain = [&](const float* from) {
-    SoftmaxPartial chain;
-    to_array(load_once(from), chain.max);
-    to_array(load_once(from + c), chain.sum);
-    to_array(load_once(from + 2 * c), chain.weighted);
-    return chain;
-  };
+  float* const chains = p.chains + (static_cast<std::int64_t>(r.slot) * Config::kGroups + group) * 2 * 3 * c + 4 * lane;
+  const auto chain_of = [&](int slice) { return chains + (slice % 2) * 3 * c; };  // the chain through `slice`
   const auto fold_slice = [&](int slice, SoftmaxPartial& chain) {
     SoftmaxPartial folded = empty_partial();
     pool_candidates<Config, false>(rows, window, slice * kSliceCandidates,
                                    min((slice + 1) * kSliceCandidates, window.count), lane, staging, folded);
     merge_partial(chain, folded);
   };
+  // The group's chain through `slice` (empty before its range).
+  const auto load_chain = [&](int slice) {
+    SoftmaxPartial chain = empty_partial();
+    if (slice >= first) {
+      const float* from = chain_of(slice);
+      to_array(load_once(from), chain.max);
+      to_array(load_once(from + c), chain.sum);
+      to_array(load_once(from + 2 * c), chain.weighted);
+    }
+    return chain;
+  };
   if (r.num_events == 0) {
     const int done_before = static_cast<int>(r.prefix % p.ratio) / kSliceCandidates;
     const int done_after = static_cast<int>((r.prefix + r.new_tokens) % p.ratio) / kSliceCandidates;
     const int slice = done_after - 1;  // the one slice completed, if any
     if (done_after == done_before || slice < first || slice >= end) return;  // (no barrier follows)
-    if (slice == first) {  // a group's first slice starts its chain (no undo record needed)
-      SoftmaxPartial chain = empty_partial();
-      fold_slice(slice, chain);
-      store_partial(stored, c, chain);
-      return;
-    }
-    // The chain before this slice, from the undo record where a rollback dropped this slice's first
-    // fold; it becomes the undo record (the same values where it came from there).
-    const SoftmaxPartial before = load_chain(r.chain & kChainFromUndo ? undo : stored);
-    SoftmaxPartial chain = before;
+    SoftmaxPartial chain = load_chain(slice - 1);
     fold_slice(slice, chain);
-    store_partial(stored, c, chain);
-    store_partial(undo, c, before);
+    store_partial(chain_of(slice), c, chain);
     return;
   }
-  // The block's event: every slice but the last is in the chains (each group's range holds one; the
-  // launch never sends an event whose chain waits in the undo record).
+  // The block's event: every slice but the last is in the chains; a group whose range holds none of
+  // them starts empty, and the last group folds the last slice.
   float norm[4];
   load_norm<Config>(p, lane, norm);
-  SoftmaxPartial chain = load_chain(stored);
+  SoftmaxPartial chain = load_chain(min(end, slices - 1) - 1);
   if (group == Config::kGroups - 1) fold_slice(slices - 1, chain);
   merge_groups<Config>(group, lane, staging, chain);
   float compressed[4];
