@@ -1431,6 +1431,55 @@ __global__ void count_divide_normal_differences(unsigned long long* counts) {
   if (checked != 0) atomicAdd(&counts[1], checked);
 }
 
+// Counts the float32 bit patterns x where divide4_rn differs, bit for bit, from __fdiv_rn(·, y) for
+// the divisor y — x in each of the four places, the other three x's neighbouring pattern, its
+// complement and x with the sign flipped (so the range test sees every class beside every other).
+// counts[0]: the differing quotients.
+__global__ void count_divide4_differences(float y, unsigned long long* counts) {
+  unsigned long long local = 0;
+  for_every_float([&](std::uint32_t bits) {
+    const std::uint32_t others[3] = {bits ^ 1u, ~bits, bits ^ 0x80000000u};
+    for (int place = 0; place < 4; ++place) {
+      float x[4];
+      for (int k = 0, o = 0; k < 4; ++k) x[k] = __uint_as_float(k == place ? bits : others[o++]);
+      cuda::divide4_rn(x, y);
+      const float want = __fdiv_rn(__uint_as_float(bits), y);
+      local += !same_bits_or_both_nan(x[place], want);
+    }
+  });
+  if (local != 0) atomicAdd(&counts[0], local);
+}
+
+// The divisors: every exponent of the normal range (and the subnormal and special ones) with three
+// mantissas, the indexer's smallest scale (1e-4 / 448) and its neighbours, random ones.
+std::vector<float> divide4_divisors() {
+  std::vector<float> divisors;
+  for (int e = -149; e <= 127; e += 3)
+    for (const float m : {1.0f, 1.3f, 1.9999999f}) divisors.push_back(std::ldexp(m, e));
+  const float smallest_scale = 1e-4f / 448.0f;
+  for (const float y : {smallest_scale, std::nextafter(smallest_scale, 0.0f), std::nextafter(smallest_scale, 1.0f),
+                        0x1p-60f, std::nextafter(0x1p-60f, 0.0f), 0x1p60f, std::nextafter(0x1p60f, INFINITY), 0.0f,
+                        -0.0f, INFINITY, NAN, -3.0f})
+    divisors.push_back(y);
+  std::mt19937_64 random(testing::fresh_seed());
+  std::uniform_real_distribution<float> exponent(-30.0f, 30.0f);
+  for (int i = 0; i < 32; ++i) divisors.push_back(std::exp2(exponent(random)));
+  return divisors;
+}
+
+TEST(CompressorGpuFastFloat, Divide4IsFdivRnOnEveryFloat) {
+  unsigned long long* counts = nullptr;
+  ASSERT_EQ(cudaMalloc(&counts, sizeof(unsigned long long)), cudaSuccess);
+  for (const float y : divide4_divisors()) {
+    ASSERT_EQ(cudaMemset(counts, 0, sizeof(unsigned long long)), cudaSuccess);
+    count_divide4_differences<<<4096, 256>>>(y, counts);
+    unsigned long long differences = ~0ull;  // poisoned: a failed copy cannot pass
+    ASSERT_EQ(cudaMemcpy(&differences, counts, sizeof(differences), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(differences, 0u) << "divisor " << y;
+  }
+  cudaFree(counts);
+}
+
 TEST(CompressorGpuFastFloat, E4m3CodesAreTheReferenceOnEveryFloat) {
   EXPECT_EQ(counts_over_every_float(count_e4m3_code_differences)[0], 0u);
 }

@@ -52,6 +52,34 @@ __device__ __forceinline__ float divide_normal(float x, float y) {
   return __fmul_rn(x, reciprocal);
 }
 
+// divide4_rn: x[k] / y for four x and one divisor, each bit for bit __fdiv_rn(x[k], y). __fdiv_rn
+// is, per division, a reciprocal (MUFU.RCP), one Newton step, the quotient and one correction by
+// FMAs, behind a guard (FCHK) that sends operands near the ends of the range to a slow path — about
+// ten instructions a division. Here the reciprocal and its Newton step are shared, and the guard is
+// a range test: with |y| and every |x| in [2^-60, 2^60] no intermediate underflows or overflows and
+// the same FMAs give the same bits; anything else (a zero, a subnormal, an infinity, a NaN, a far
+// exponent) takes __fdiv_rn itself. Checked on the GPU against __fdiv_rn for every float x over a
+// spread of divisors (test_compressor_gpu, CompressorGpuFastFloat).
+__device__ __forceinline__ void divide4_rn(float (&x)[4], float y) {
+  constexpr float kLow = 0x1p-60f, kHigh = 0x1p60f;
+  bool in_range = fabsf(y) >= kLow && fabsf(y) <= kHigh;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) in_range = in_range && fabsf(x[k]) >= kLow && fabsf(x[k]) <= kHigh;
+  if (in_range) {
+    float reciprocal;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(reciprocal) : "f"(y));
+    reciprocal = __fmaf_rn(reciprocal, __fmaf_rn(reciprocal, -y, 1.0f), reciprocal);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float quotient = __fmul_rn(reciprocal, x[k]);
+      x[k] = __fmaf_rn(reciprocal, __fmaf_rn(quotient, -y, x[k]), quotient);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = __fdiv_rn(x[k], y);
+  }
+}
+
 // e4m3_codes: e4m3_from (dsv4/formats.hpp) of four floats, packed with a in the low byte, by two
 // cvt.rn.satfinite.e4m3x2.f32 — round to nearest even, e4m3 subnormals, values ≥ 448 and infinities
 // saturated to ±448, as e4m3_from does — instead of ≈ 10 integer instructions a value on the

@@ -79,6 +79,9 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   // Events take their divisions and window addresses once per event (two_pass.cuh, WindowOffsets):
   // only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
   static constexpr bool kHoistedWindow = false;
+  // Ape from L1 (short windows): a batch's ape vectors are loaded before the wait for its copies
+  // (two_pass.cuh, pool_candidates), 16 more registers live across the wait.
+  static constexpr bool kApeBeforeWait = !kLongWindow;
   // A split event takes at most kSplitUnits blocks (one slice a group); a step may run it on
   // kSplitUnits / 2^k blocks instead, each group folding 2^k slices (params.hpp, split_units).
   static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
@@ -104,6 +107,8 @@ struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr int kMinBlocksPerSM = 5;
   static constexpr bool kCarveoutForMinBlocks = true;
   static constexpr bool kHoistedWindow = kLean;
+  // The non-lean kernel spills 8 bytes at 96 registers with the early ape loads; it keeps them after the wait.
+  static constexpr bool kApeBeforeWait = kLean;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows, ape staged

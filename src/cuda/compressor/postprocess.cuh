@@ -64,7 +64,9 @@ __device__ __forceinline__ void store_indexer_entry(const float (&y)[4], int lan
     amax = lanes_max<32>(amax);
     if (!active) return;
     const float scale = indexer_fp8_scale(amax);
-    const std::uint32_t codes = e4m3_codes(y[0] / scale, y[1] / scale, y[2] / scale, y[3] / scale);
+    float scaled[4] = {y[0], y[1], y[2], y[3]};
+    divide4_rn(scaled, scale);  // y / scale, four IEEE divisions with one reciprocal
+    const std::uint32_t codes = e4m3_codes(scaled[0], scaled[1], scaled[2], scaled[3]);
     *reinterpret_cast<std::uint32_t*>(t.page + fmt.data_offset(t.index_in_page) + 4 * lane) = codes;
     if (lane == 0) *reinterpret_cast<float*>(t.page + fmt.scale_offset(t.index_in_page, entries_per_page)) = scale;
     return;
@@ -179,13 +181,16 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     v[1] = d01 + d23;
     v[2] = s01 - s23;
     v[3] = d01 - d23;
+    // Across lanes the upper lane's other − v is other + (−v), the negation a flip of v's sign bit
+    // (exact), so both lanes take one add, rounded as the sums are: a LOP3 and a DADD a value instead
+    // of a negation, a 64-bit select and an add.
 #pragma unroll
     for (int h = 1; h < 32; h *= 2) {
-      const bool upper = (lane & h) != 0;
+      const int sign_flip = (lane & h) != 0 ? static_cast<int>(0x80000000u) : 0;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const double other = __shfl_xor_sync(0xffffffffu, v[k], h);
-        v[k] = upper ? other - v[k] : v[k] + other;
+        v[k] = other + __hiloint2double(__double2hiint(v[k]) ^ sign_flip, __double2loint(v[k]));
       }
     }
     const double scale = 1.0 / sqrt(static_cast<double>(kWidth));

@@ -227,6 +227,17 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
   };
   copies_start<Config::kStages>(batches, copy_batch);
   for (int b = 0; b < batches; ++b) {
+    // Ape read from L1 (short windows): the batch's vectors are loaded before the wait for its copies,
+    // so their round trip runs beside the copies' instead of after it (Nsight Compute, C4-128 prefill:
+    // the first add of a loaded ape vector held a quarter of the kernel's stall samples).
+    float4 ape[kBatch];
+    if constexpr (Config::kApeBeforeWait) {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int j = j_begin + b * kBatch + u;
+        ape[u] = load_shared_input(window.candidate(rows, j < j_end ? j : padding_row, lane).ape);
+      }
+    }
     copies_before_batch<Config::kStages>(b, batches, copy_batch);
     const int stage = b % Config::kStages;
     // Scores first (their batch maximum rescales the running sums), values read back per row.
@@ -240,7 +251,13 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
       if constexpr (Config::kSplit) {
         if (c.is_new) bias = *staging.slot(stage, u, 2);  // ring rows' ape slots were not copied
       } else {
-        bias = Config::kStageApe ? *staging.slot(stage, u, 2) : load_shared_input(c.ape);
+        if constexpr (Config::kStageApe) {
+          bias = *staging.slot(stage, u, 2);
+        } else if constexpr (Config::kApeBeforeWait) {
+          bias = ape[u];
+        } else {
+          bias = load_shared_input(c.ape);
+        }
         if (!c.is_new) bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
       to_array(add4(*staging.slot(stage, u, 1), bias), scores[u]);
