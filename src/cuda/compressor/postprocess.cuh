@@ -98,6 +98,14 @@ template <class Config>
 __device__ __forceinline__ void finish_event(const KernelParams& p, const float (&compressed)[4], int lane, bool active,
                                              const EntryTarget& t, const float (&norm)[4], double* s_sum) {
   constexpr int kWidth = Config::kWidth;
+  constexpr int kLastWarpLane = Config::kLanes - 32;
+  // This lane's RoPE frequency (r ≤ 64: pair lane − kLastWarpLane, step 2), read first where a group
+  // is one warp (c = 128; at c = 512 the five-block kernel spills the register): a lane-indexed read
+  // of the parameters is a serialized constant-bank load, and read inside the RoPE branches (a load
+  // is not hoisted out of a branch) it stalled the event's chain right before its multiply (4% of the
+  // C4-128 256K prefill's stall samples, Nsight Compute). Read first, the RMSNorm hides it.
+  constexpr bool kFrequencyFirst = Config::kWarpsPerGroup == 1;
+  const float first_frequency = kFrequencyFirst ? p.rope_frequencies[max(lane - kLastWarpLane, 0)] : 0.0f;
   if (active) {
     if (p.out_compressed) {
       store4(p.out_compressed + t.event_row * kWidth + 4 * lane,
@@ -137,7 +145,6 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
   // warp, and fetched by shuffles: one double-precision evaluation per lane instead of two
   // per RoPE lane while the other lanes idle. (r > 64: each RoPE lane evaluates its own two.)
   const int first_rope_lane = (kWidth - p.rope_dim) / 4;
-  constexpr int kLastWarpLane = Config::kLanes - 32;
   const float position = static_cast<float>(t.entry * p.ratio);
   const auto rotate = [&](int q, float cos_theta, float sin_theta) {
     const double c = cos_theta, s = sin_theta;
@@ -150,7 +157,10 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     if (lane >= kLastWarpLane) {  // the group's last warp, whole
       const int j = lane - kLastWarpLane;
       float own_cos = 1.0f, own_sin = 0.0f;
-      if (2 * j < p.rope_dim) rope_cos_sin(__fmul_rn(position, p.rope_frequencies[j]), own_cos, own_sin);
+      if (2 * j < p.rope_dim) {
+        const float frequency = kFrequencyFirst ? first_frequency : p.rope_frequencies[j];
+        rope_cos_sin(__fmul_rn(position, frequency), own_cos, own_sin);
+      }
       const int k = max(lane - first_rope_lane, 0);  // (lanes before the RoPE lanes fetch and discard pair 0)
 #pragma unroll
       for (int q = 0; q < 2; ++q) {

@@ -205,10 +205,7 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
   const int padding_row = Config::kSlicedFold ? j_end - 1 : j_begin;
   const auto copy_batch = [&](int b) {
     const int stage = b % Config::kStages;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int j = j_begin + b * kBatch + u;
-      const Candidate c = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
+    const auto copy_row = [&](int u, const Candidate& c) {
       ptx::cp_async_cg16(staging.slot(stage, u, 0), c.value);
       ptx::cp_async_cg16(staging.slot(stage, u, 1), c.score);
       if constexpr (!Config::kStageApe && !Window::kAllNew) {
@@ -222,6 +219,21 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
         // the prefill kernel keeps its unconditional copies.
         if (!Config::kSplit || c.is_new) ptx::cp_async_cg16(staging.slot(stage, u, 2), c.ape);
       }
+    };
+    // The batch's addresses first, then its copies back to back: ptxas puts three no-op guard
+    // instructions before every run of cp.async, so copies interleaved with the address arithmetic
+    // paid one guard a row (a C4 event: 18 more issue slots). Kernels staging ape keep each row's
+    // copies beside its addresses (holding a batch's twelve addresses spills them).
+    Candidate candidates[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = j_begin + b * kBatch + u;
+      candidates[u] = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
+      if constexpr (Config::kStageApe) copy_row(u, candidates[u]);
+    }
+    if constexpr (!Config::kStageApe) {
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) copy_row(u, candidates[u]);
     }
     ptx::cp_async_commit();
   };
