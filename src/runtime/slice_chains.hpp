@@ -31,9 +31,17 @@ constexpr bool chains_complete_after_step(bool before, std::int64_t prefix, std:
   return chains_trivially_complete(end, ratio) || (before && (kept || !completes_slice(prefix, end)));
 }
 
+// A rollback goes at most max_rollback below the highest count a slot reached, so while that is at
+// most one slice's rows, rollbacks drop at most the last folded slice before it is folded again. With
+// more, two rollbacks in a row can drop two slices, and the refold of the first reads the other buffer,
+// which still holds the second (a review's host model: stale chains from max_rollback = 9 on; the CPU
+// test runs it). Pools keep chains only for specs within it (cuda::slice_chain_floats).
+constexpr bool rollbacks_keep_chains_exact(int max_rollback) { return max_rollback <= kChainSliceRows; }
+
 // After a rollback from `tokens` to `rolled_to`: complete if they were and at most the last folded
 // slice was dropped (its group's chain through the slice before it is the other of its two buffers;
-// max_rollback ≤ 8 never drops more), in the same block.
+// rollbacks_keep_chains_exact: no other slice can have been dropped since it was folded), in the same
+// block.
 constexpr bool chains_complete_after_rollback(bool before, std::int64_t tokens, std::int64_t rolled_to, int ratio) {
   return chains_trivially_complete(rolled_to, ratio) ||
          (before && rolled_to / ratio == tokens / ratio &&

@@ -425,7 +425,8 @@ int slice_chain_floats(const CompressorSpec& spec) {
   const int groups = compressor::two_pass_groups(spec.width, true);
   const bool chained = !spec.online && !spec.overlap && has_long_window(spec) &&
                        spec.ratio % compressor::kSliceCandidates == 0 &&
-                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates;
+                       spec.ratio <= compressor::kMaxSplitSlices * compressor::kSliceCandidates &&
+                       rollbacks_keep_chains_exact(spec.max_rollback);
   return chained ? groups * 2 * 3 * spec.width : 0;  // two buffers a group
 }
 
