@@ -1451,7 +1451,7 @@ __global__ void count_divide4_differences(float y, unsigned long long* counts) {
 }
 
 // The divisors: every exponent of the normal range (and the subnormal and special ones) with three
-// mantissas, the indexer's smallest scale (1e-4 / 448) and its neighbours, random ones.
+// mantissas, the indexer's smallest scale (1e-4 / 448) and its neighbours, random ones of either sign.
 std::vector<float> divide4_divisors() {
   std::vector<float> divisors;
   for (int e = -149; e <= 127; e += 3)
@@ -1463,7 +1463,7 @@ std::vector<float> divide4_divisors() {
     divisors.push_back(y);
   std::mt19937_64 random(testing::fresh_seed());
   std::uniform_real_distribution<float> exponent(-30.0f, 30.0f);
-  for (int i = 0; i < 32; ++i) divisors.push_back(std::exp2(exponent(random)));
+  for (int i = 0; i < 32; ++i) divisors.push_back((i % 2 == 0 ? 1.0f : -1.0f) * std::exp2(exponent(random)));
   return divisors;
 }
 

@@ -193,7 +193,9 @@ __device__ __forceinline__ void finish_event(const KernelParams& p, const float 
     v[3] = d01 - d23;
     // Across lanes the upper lane's other − v is other + (−v), the negation a flip of v's sign bit
     // (exact), so both lanes take one add, rounded as the sums are: a LOP3 and a DADD a value instead
-    // of a negation, a 64-bit select and an add.
+    // of a negation, a 64-bit select and an add. (A NaN's sign may come out flipped where the
+    // subtraction kept it; nothing reads it: both key encodings divide by the scale first, which
+    // gives the canonical NaN.)
 #pragma unroll
     for (int h = 1; h < 32; h *= 2) {
       const int sign_flip = (lane & h) != 0 ? static_cast<int>(0x80000000u) : 0;
