@@ -1007,6 +1007,15 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
   expect_same_run(run_gpu_chunks(s, stream, after_prefill, page_size), whole, "a prefill, then decode steps");
   const RunResult cpu = run_chunks(s, stream, {stream.tokens}, page_size);
   expect_rows_close(whole.compressed, cpu.compressed, s.width, "whole stream vs CPU");
+  // A deeper rollback floor keeps no chains (rollbacks_keep_chains_exact): two rollbacks in a row that
+  // drop two folded slices (24 → 23 → 15 tokens, inside the first block) take the split path and give
+  // the whole run's bytes.
+  CompressorSpec deep = s;
+  deep.max_rollback = 12;
+  EXPECT_EQ(cuda::slice_chain_floats(deep), 0);
+  std::vector<std::int64_t> two_drops = {8, 8, 8, -1, -8};
+  for (std::int64_t at = 15; at < stream.tokens; at += 8) two_drops.push_back(std::min<std::int64_t>(8, stream.tokens - at));
+  expect_same_run(run_gpu_chunks(deep, stream, two_drops, page_size), whole, "max_rollback 12, two slices dropped");
 
   // The plans: decode steps from position 0 keep the chains (their events are no split events); after
   // the prefill chunk, the rest of its block runs the split path, and the next block keeps them again.
