@@ -123,7 +123,8 @@ compressor::OnlineStages set_online_stages(compressor::OnlineStages stages);
 std::vector<bool> run_compress(const ref::CompressArgs& args, void* stream = nullptr);
 
 // Floats of a slot's slice chains (runtime/slice_chains.hpp) for `spec`: groups × 2 buffers × 3 × c for
-// two-pass long windows without overlap whose windows fit the split path (C128; ratios 24..128), else 0.
+// two-pass long windows without overlap whose windows fit the split path (C128; ratios 24..128) and
+// whose rollbacks stay within one slice (max_rollback ≤ 8: rollbacks_keep_chains_exact), else 0.
 int slice_chain_floats(const CompressorSpec& spec);
 
 // Zeroes the cache entries at physical `slots` (both byte runs of each entry) on the device.
