@@ -197,6 +197,9 @@ __device__ __forceinline__ uint2 load_stream_v2(const void* address) {
   return v;
 }
 
+// Brings a global line into L2 (and its address translation into the TLBs) ahead of a later load.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 __device__ __forceinline__ std::uint32_t load_stream_u32(const void* address) {
   std::uint32_t v;
   asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(address));

@@ -390,11 +390,18 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     if (lane < rows) s_request_part[0][lane] = request_of_row(p.query_start, p.num_requests, row0 + lane);
   }
   if (loads_visible) s_visible[row_thread] = min(max(visible_value, 0), p.num_cols);
+  // Page i of the chunk as staged (−1 outside the pool), its first line prefetched to L2: the page's
+  // address translation (a pool's pages lie anywhere in it) is then made here, for all the chunk's
+  // pages at once, not by the key step that first reads the page.
+  const auto stage_page = [&](int i, std::int64_t page) {
+    const bool in_pool = page >= 0 && page < p.num_pages;
+    s_pages[i] = in_pool ? static_cast<std::int32_t>(page) : -1;
+    if (in_pool) ptx::prefetch_l2(page_base(p, static_cast<int>(page)));
+  };
 #pragma unroll
   for (int i = 0; i < kEarlyPages; ++i) {
     const int page = pages.first_page + (kThreads - 1 - static_cast<int>(threadIdx.x)) + i * kThreads;
-    if (single_request && page <= last_chunk_page)
-      s_pages[page - pages.first_page] = early_pages[i] >= 0 && early_pages[i] < p.num_pages ? early_pages[i] : -1;
+    if (single_request && page <= last_chunk_page) stage_page(page - pages.first_page, early_pages[i]);
   }
   __syncthreads();
 
@@ -418,10 +425,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
       __syncthreads();  // the previous segment is done with s_pages
       if (key_end > col0) {
         const int last_page = (key_end - 1) >> log2_epp;
-        for (int i = pages.first_page + threadIdx.x; i <= last_page; i += kThreads) {
-          const std::int64_t page = i < p.max_pages ? page_row[i] : -1;
-          s_pages[i - pages.first_page] = page >= 0 && page < p.num_pages ? static_cast<std::int32_t>(page) : -1;
-        }
+        for (int i = pages.first_page + threadIdx.x; i <= last_page; i += kThreads)
+          stage_page(i - pages.first_page, i < p.max_pages ? page_row[i] : -1);
       }
       __syncthreads();
     }

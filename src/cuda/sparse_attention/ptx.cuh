@@ -124,9 +124,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-// Brings a global line into L2 ahead of a later cp.async.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 // Two floats → bf16x2 (round to nearest even), `lo` in the low half.
 __device__ __forceinline__ std::uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
