@@ -2,7 +2,9 @@
 """Plain-PyTorch baseline of bench_sparse_attention: what a user writes without a kernel.
 
 Same cases and names as bench/bench_sparse_attention.cu: pools of 262,144 random 584-byte entries,
-random slots, 128 window + K compressed candidates per row. Per call: gather the entries' bytes,
+random slots (or, for the "_local" prefill cases, a request's chunk after a 64K-token prefix: each
+row's 128-token window and K sorted entries of its visible compressed ones), 128 window + K
+compressed candidates per row. Per call: gather the entries' bytes,
 dequantize (e4m3 · 2^(scale−127), bf16 RoPE part), einsum for the scores, softmax with the sink as
 an extra column, einsum for the output. Median of CUDA-event timings, L2 flushed before each.
 Writes <results>/baseline_sparse_attention.json: [{"name", "baseline_us"}].
@@ -19,6 +21,7 @@ PER_PAGE = 64
 POOL_PAGES = 4096
 DATA = 576  # 448 e4m3 + 64 bf16 per entry
 PAGE_BYTES = ((PER_PAGE * 584 + 575) // 576) * 576
+LOCAL_PREFIX = 65536
 
 
 def random_pool(generator):
@@ -55,6 +58,20 @@ def attention(q, window_pool, compressed_pool, window_slots, compressed_slots, s
     return torch.einsum("rhn,rnd->rhd", probs.to(torch.bfloat16), entries)
 
 
+def local_prefill_slots(rows, k, generator):
+    """Row r = token LOCAL_PREFIX + r of one request: its window's consecutive slots, and k distinct
+    entries of its visible compressed ones ((position + 1) // 4 of them), ascending."""
+    slots = POOL_PAGES * PER_PAGE
+    position = LOCAL_PREFIX + torch.arange(rows, device="cuda")
+    window = (position.view(-1, 1) - 127 + torch.arange(128, device="cuda")) % slots
+    visible = torch.clamp((position + 1) // 4, max=slots)
+    limit = int(visible.max())
+    keys = torch.rand(rows, limit, device="cuda", generator=generator)
+    keys[torch.arange(limit, device="cuda").view(1, -1) >= visible.view(-1, 1)] = 2.0  # never drawn
+    compressed = keys.topk(k, dim=1, largest=False).indices.sort(dim=1).values
+    return window, compressed
+
+
 def cases():
     for heads in (64, 128):
         for k in (512, 1024, 2048):
@@ -64,6 +81,7 @@ def cases():
     for heads in (64, 128):
         for k in (512, 1024):
             yield f"prefill_T4096_H{heads}_N{128 + k}", 4096, heads, k
+            yield f"prefill_T4096_H{heads}_N{128 + k}_local", 4096, heads, k
 
 
 def main():
@@ -75,8 +93,11 @@ def main():
     for name, rows, heads, k in cases():
         q = (torch.rand(rows, heads, 512, device="cuda", generator=generator) * 4 - 2).to(torch.bfloat16)
         slots = POOL_PAGES * PER_PAGE
-        window_slots = torch.randint(0, slots, (rows, 128), device="cuda", generator=generator)
-        compressed_slots = torch.randint(0, slots, (rows, k), device="cuda", generator=generator)
+        if name.endswith("_local"):
+            window_slots, compressed_slots = local_prefill_slots(rows, k, generator)
+        else:
+            window_slots = torch.randint(0, slots, (rows, 128), device="cuda", generator=generator)
+            compressed_slots = torch.randint(0, slots, (rows, k), device="cuda", generator=generator)
         sink = torch.rand(heads, device="cuda", generator=generator) * 3 - 1
         with torch.no_grad():
             us = time_us(lambda: attention(q, window_pool, compressed_pool, window_slots, compressed_slots, sink),

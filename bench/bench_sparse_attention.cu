@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -92,7 +93,13 @@ struct Case {
   std::string name;
   int rows, heads, next_n, batch, compressed;  // compressed = K; N = 128 + K
   int split = dsv4::kDefaultSplitCandidates;
+  // Slots as one request's prefill chunk finds them (else random over the pools): the chunk's rows are
+  // consecutive tokens after a prefix of kLocalPrefix tokens, each with its window (the 128 tokens up
+  // to it, consecutive slots) and K distinct entries of the request's own compressed ones (the first
+  // (prefix + t) / 4, consecutive slots), in ascending order as the top-k writes them.
+  bool local = false;
 };
+constexpr int kLocalPrefix = 65536;
 
 double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
@@ -135,8 +142,25 @@ CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(
   std::uniform_int_distribution<int> slot(0, kPoolPages * kPerPage - 1);
   window_slots.resize(static_cast<std::size_t>(c.rows) * kWindow);
   compressed_slots.resize(static_cast<std::size_t>(c.rows) * c.compressed);
-  for (auto& s : window_slots) s = code_only ? 0 : slot(rng);
-  for (auto& s : compressed_slots) s = code_only ? 0 : slot(rng);
+  if (c.local && !code_only) {
+    const int pool_entries = kPoolPages * kPerPage;
+    std::vector<std::int32_t> visible;
+    for (int r = 0; r < c.rows; ++r) {
+      const int position = kLocalPrefix + r;  // the row's token; the window ends at it
+      for (int i = 0; i < kWindow; ++i)
+        window_slots[static_cast<std::size_t>(r) * kWindow + i] = (position - kWindow + 1 + i) % pool_entries;
+      visible.resize(static_cast<std::size_t>(std::min((position + 1) / 4, pool_entries)));
+      std::iota(visible.begin(), visible.end(), 0);
+      for (int i = 0; i < c.compressed; ++i)  // the first K of a partial Fisher–Yates shuffle
+        std::swap(visible[static_cast<std::size_t>(i)],
+                  visible[static_cast<std::size_t>(std::uniform_int_distribution<int>(i, static_cast<int>(visible.size()) - 1)(rng))]);
+      std::sort(visible.begin(), visible.begin() + c.compressed);
+      std::copy_n(visible.begin(), c.compressed, compressed_slots.begin() + static_cast<std::ptrdiff_t>(r) * c.compressed);
+    }
+  } else {
+    for (auto& s : window_slots) s = code_only ? 0 : slot(rng);
+    for (auto& s : compressed_slots) s = code_only ? 0 : slot(rng);
+  }
   sink.resize(c.heads);
   for (auto& s : sink) s = std::uniform_real_distribution<float>(-1.0f, 2.0f)(rng);
   ws = Tensor::from_host(DType::I32, {c.rows, kWindow}, window_slots.data(), Device::CUDA);
@@ -325,8 +349,10 @@ int main(int argc, char** argv) {
                            batch * next_n, heads, next_n, batch, k});
   for (int heads : {64, 128})
     for (int k : {512, 1024})
-      cases.push_back({"prefill_T4096_H" + std::to_string(heads) + "_N" + std::to_string(128 + k), 4096, heads, 1,
-                       4096, k});
+      for (bool local : {false, true})
+        cases.push_back({"prefill_T4096_H" + std::to_string(heads) + "_N" + std::to_string(128 + k) +
+                             (local ? "_local" : ""),
+                         4096, heads, 1, 4096, k, dsv4::kDefaultSplitCandidates, local});
   // The split size trade-off (latency at small batches vs merge traffic at large ones): the
   // latency-first choices (64: B=1 only) and one between; for rows of 2176 candidates (HCA at 256K
   // tokens) also one chunk per row (2560, the largest split), the throughput-first choice.
