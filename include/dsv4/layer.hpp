@@ -76,8 +76,9 @@ struct LayerRequestUsage {
 
 class AttentionLayer {
  public:
-  // Takes the weights of layer weights.layer.index of `model`. Throws Error("weights") when they
-  // do not belong to that layer, Error(option name) for invalid options.
+  // Takes the weights of layer weights.layer.index of `model`. Throws Error(key) for an invalid
+  // `model` (validate_model_config), Error("weights") when they do not belong to that layer,
+  // Error(option name) for invalid options.
   AttentionLayer(const ModelConfig& model, LayerWeights weights, const LayerOptions& options = {});
   ~AttentionLayer();
   AttentionLayer(AttentionLayer&&) noexcept;

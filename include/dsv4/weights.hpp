@@ -36,7 +36,8 @@ struct WeightSpec {
 
 // The tensors layer `layer` of `model` needs, in checkpoint order: the attention tensors, then
 // for ratio > 0 the compressor, then for CSA layers the indexer and its compressor.
-// Throws Error("layer", ...) when `layer` is out of range.
+// Throws Error("layer", ...) when `layer` is out of range and Error(key) for an invalid `model`
+// (validate_model_config).
 std::vector<WeightSpec> layer_weight_specs(const ModelConfig& model, int layer);
 
 // True for layers with a lightning indexer (CSA): the overlapping-compressor layers (SPEC §2).

@@ -157,6 +157,7 @@ void quantize_block_e4m3(const std::vector<float>& values, std::int64_t rows, st
 bool layer_has_indexer(const LayerConfig& layer) { return layer.ratio > 0 && layer.overlap; }
 
 std::vector<WeightSpec> layer_weight_specs(const ModelConfig& model, int layer) {
+  validate_model_config(model);  // the shapes below divide by o_groups
   const LayerConfig lc = layer_config(model, layer);
   const std::int64_t D = model.hidden_size, H = model.num_heads, d = model.head_dim;
   const std::int64_t q_lora = model.q_lora_rank, G = model.o_groups, o_lora = model.o_lora_rank;

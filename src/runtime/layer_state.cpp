@@ -65,6 +65,8 @@ std::int64_t bytes_of(const CompressorStatePool& pool) {
 
 detail::AttentionLayerImpl::AttentionLayerImpl(const ModelConfig& model_, LayerWeights weights_, const LayerOptions& options_)
     : model(model_), weights(std::move(weights_)), options(options_), rope(weights.layer.rope) {
+  // The sizes below divide by page_size, o_groups, ...: a config nobody validated is refused first.
+  validate_model_config(model);
   validate_options(model, options);
   if (options.window_step == 0) options.window_step = model.window;
   const int index = weights.layer.index;

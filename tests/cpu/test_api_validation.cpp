@@ -119,6 +119,25 @@ LayerWeights random_weights(int layer, std::uint64_t seed) {
   return load_layer_weights(SafetensorsFile::from_bytes(image), tiny(), layer);
 }
 
+// A ModelConfig built in code (not parsed) reaches the layer and the weight table unvalidated: a
+// page_size or o_groups of 0 used to end in a division by zero (SIGFPE) instead of an Error.
+TEST(ApiValidation, UnvalidatedModelConfigsAreRefusedNamingTheKey) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const LayerWeights w = random_weights(kHca, rng());
+  ModelConfig no_pages = tiny();
+  no_pages.page_size = 0;
+  expect_error("page_size", [&] { AttentionLayer(no_pages, w); });
+  ModelConfig no_groups = tiny();
+  no_groups.o_groups = 0;
+  expect_error("o_groups", [&] { layer_weight_specs(no_groups, kCsa); });
+  expect_error("o_groups", [&] { random_layer_checkpoint(no_groups, kCsa, 1); });
+  const auto image = random_layer_checkpoint(tiny(), kCsa, rng()).to_bytes();
+  const SafetensorsFile file = SafetensorsFile::from_bytes(image);
+  expect_error("o_groups", [&] { load_layer_weights(file, no_groups, kCsa); });
+  expect_error("o_groups", [&] { AttentionLayer(no_groups, w); });
+  EXPECT_EQ(layer_weight_specs(tiny(), kCsa).size(), 18u);  // 8 attention + 4 compressor + 2 indexer + 4
+}
+
 TEST(ApiValidation, AttentionLayerChecksEveryWeightTensor) {
   std::mt19937_64 rng(testing::fresh_seed());
   const LayerWeights good = random_weights(kCsa, rng());
