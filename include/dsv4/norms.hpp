@@ -8,12 +8,13 @@
 namespace dsv4 {
 
 // y = weight ⊙ x / sqrt(mean(x²) + eps), mean in double. `weight` [n] may be null (no weight, as
-// for the per-head query norm of SPEC §8). `y` may alias `x`. Throws Error("n") when n ≤ 0 and
-// Error("eps") when eps < 0.
+// for the per-head query norm of SPEC §8). `y` may alias `x`. Throws Error("n") when n ≤ 0,
+// Error("eps") when eps < 0 and Error("x") / Error("y") for a null pointer.
 void rms_norm(const float* x /*[n]*/, const float* weight /*[n] or null*/, int n, double eps, float* y /*[n]*/);
 
 // In place: x ← H_n x / sqrt(n), H_n in Sylvester order (H_1 = [1], H_2k = [[H_k, H_k], [H_k, −H_k]]),
-// i.e. y[i] = Σ_j (−1)^popcount(i & j) x[j] / sqrt(n). Throws Error("n") unless n is a power of two.
+// i.e. y[i] = Σ_j (−1)^popcount(i & j) x[j] / sqrt(n). Throws Error("n") unless n is a power of two,
+// Error("x") for a null pointer.
 void walsh_hadamard(float* x /*[n]*/, int n);
 
 }  // namespace dsv4

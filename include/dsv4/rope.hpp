@@ -39,7 +39,8 @@ class RopeTable {
   std::vector<float> frequencies_;  // [r/2]
 };
 
-// Applies `table` to the last table.rope_dim() dims of `head` [dim]; Error("dim") when dim < r.
+// Applies `table` to the last table.rope_dim() dims of `head` [dim]; Error("dim") when dim < r,
+// Error("head") for a null pointer (apply: Error("x")).
 void apply_rope_to_tail(const RopeTable& table, float* head /*[dim]*/, int dim, std::int64_t position,
                         bool inverse = false);
 

@@ -91,6 +91,7 @@ LayerWeights load_layer_weights(const std::string& path, const ModelConfig& mode
 // Dequantizes an e4m3 matrix with one scale per 128×128 block:
 // out[i, j] = e4m3(codes[i, j]) · scales[i / 128, j / 128].
 // codes [rows, cols] e4m3 bytes; scales [ceil(rows/128), ceil(cols/128)] f32; out [rows, cols].
+// Throws Error("rows") / Error("cols") for a negative extent and Error naming a null pointer.
 void dequantize_block_e4m3(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, const float* scales,
                            float* out);
 

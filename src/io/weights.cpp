@@ -197,6 +197,12 @@ std::string checkpoint_weight_name(int layer, const WeightSpec& spec) {
 
 void dequantize_block_e4m3(const std::uint8_t* codes, std::int64_t rows, std::int64_t cols, const float* scales,
                            float* out) {
+  require(rows >= 0, "rows", "must be non-negative, got " + std::to_string(rows));
+  require(cols >= 0, "cols", "must be non-negative, got " + std::to_string(cols));
+  if (rows == 0 || cols == 0) return;
+  require(codes != nullptr, "codes", "null pointer");
+  require(scales != nullptr, "scales", "null pointer");
+  require(out != nullptr, "out", "null pointer");
   const std::int64_t block_cols = ceil_div(cols, kWeightBlock);
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* scale_row = scales + (r / kWeightBlock) * block_cols;  // [block_cols]

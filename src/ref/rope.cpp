@@ -74,6 +74,7 @@ void RopeTable::cos_sin(std::int64_t position, int i, float& cos_out, float& sin
 }
 
 void RopeTable::apply(float* x, std::int64_t position, bool inverse) const {
+  require(x != nullptr, "x", "null pointer");
   for (int i = 0; i < rope_dim() / 2; ++i) {
     float c, s;
     cos_sin(position, i, c, s);
@@ -87,6 +88,7 @@ void RopeTable::apply(float* x, std::int64_t position, bool inverse) const {
 void apply_rope_to_tail(const RopeTable& table, float* head, int dim, std::int64_t position, bool inverse) {
   require(dim >= table.rope_dim(), "dim",
           "head width " + std::to_string(dim) + " is smaller than rope_dim " + std::to_string(table.rope_dim()));
+  require(head != nullptr, "head", "null pointer");
   table.apply(head + (dim - table.rope_dim()), position, inverse);
 }
 

@@ -100,14 +100,17 @@ TEST(Rope, ApplyRotatesPairsAndInverseUndoesIt) {
 TEST(Rope, Errors) {
   RopeConfig odd;
   odd.rope_dim = 63;
-  EXPECT_THROW(RopeTable{odd}, Error);
+  testing::expect_error("rope", [&] { RopeTable{odd}; });
   RopeConfig zero;
   zero.rope_dim = 0;
-  EXPECT_THROW(RopeTable{zero}, Error);
+  testing::expect_error("rope", [&] { RopeTable{zero}; });
+  RopeConfig low_base;
+  low_base.base = 1.0;
+  testing::expect_error("rope", [&] { RopeTable{low_base}; });
   RopeConfig bad_yarn;
   bad_yarn.yarn = true;
   bad_yarn.original_max_positions = 0;
-  EXPECT_THROW(RopeTable{bad_yarn}, Error);
+  testing::expect_error("rope", [&] { RopeTable{bad_yarn}; });
   const RopeTable table{RopeConfig{}};
   std::vector<float> x(32, 1.0f);
   try {
@@ -117,6 +120,8 @@ TEST(Rope, Errors) {
     EXPECT_EQ(e.argument(), "dim");
   }
   EXPECT_EQ(x, std::vector<float>(32, 1.0f));
+  testing::expect_error("head", [&] { apply_rope_to_tail(table, nullptr, 64, 5); });
+  testing::expect_error("x", [&] { table.apply(nullptr, 5); });
 }
 
 }  // namespace

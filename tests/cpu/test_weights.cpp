@@ -81,6 +81,21 @@ TEST(DequantizeBlockE4m3, KnownAnswersAcrossBlockBoundaries) {
   EXPECT_EQ(out[128 * cols + 128], 3.0f);
 }
 
+TEST(DequantizeBlockE4m3, NullPointersAndNegativeExtentsAreNamed) {
+  std::vector<std::uint8_t> codes(4 * 3, 0x38);
+  const float scale = 2.0f;
+  std::vector<float> out(12, NAN);
+  testing::expect_error("rows", [&] { dequantize_block_e4m3(codes.data(), -1, 3, &scale, out.data()); });
+  testing::expect_error("cols", [&] { dequantize_block_e4m3(codes.data(), 4, -3, &scale, out.data()); });
+  testing::expect_error("codes", [&] { dequantize_block_e4m3(nullptr, 4, 3, &scale, out.data()); });
+  testing::expect_error("scales", [&] { dequantize_block_e4m3(codes.data(), 4, 3, nullptr, out.data()); });
+  testing::expect_error("out", [&] { dequantize_block_e4m3(codes.data(), 4, 3, &scale, nullptr); });
+  for (float v : out) EXPECT_TRUE(std::isnan(v)) << "output touched on error";
+  dequantize_block_e4m3(nullptr, 0, 3, nullptr, nullptr);  // nothing to read or write
+  dequantize_block_e4m3(codes.data(), 4, 3, &scale, out.data());
+  EXPECT_EQ(out, std::vector<float>(12, 2.0f));
+}
+
 TEST(LoadLayerWeights, Ue8m0AndFloat32ScalesThroughTheLoader) {
   const ModelConfig model = preset_config("tiny");
   const SafetensorsFile file = tiny_checkpoint(0, testing::fresh_seed());
