@@ -96,7 +96,8 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
                       const TensorView& lse, const SparseAttentionOptions& options = {});
 
 // Bytes of the CUDA workspace for N_q rows of H heads over W + K candidates with `split_candidates`
-// (0 when no row needs more than one chunk). Throws Error("options", ...) on an invalid split.
+// (0 when no row needs more than one chunk). Throws Error naming the argument for a negative extent
+// or an invalid split.
 std::size_t sparse_attention_workspace_bytes(std::int64_t num_rows, std::int64_t num_heads,
                                              std::int64_t num_candidates,
                                              int split_candidates = kDefaultSplitCandidates);

@@ -42,10 +42,10 @@ void check_tensor(const TensorView& view, const std::string& name, DType dtype, 
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialized contiguous storage on `device`.
+  // Uninitialized contiguous storage on `device`. Error("shape") for a negative or overflowing extent.
   static Tensor empty(DType dtype, Shape shape, Device device = Device::CPU);
   static Tensor zeros(DType dtype, Shape shape, Device device = Device::CPU);
-  // A copy of host data (`bytes` must equal the tensor's byte size).
+  // A copy of host data (`bytes` must hold the tensor's byte size; Error("bytes") when null).
   static Tensor from_host(DType dtype, Shape shape, const void* bytes, Device device = Device::CPU);
 
   DType dtype() const { return view_.dtype; }
@@ -59,7 +59,7 @@ class Tensor {
   const TensorView& view() const { return view_; }
 
   Tensor to(Device device) const;        // copy to a device (or the host)
-  void copy_from(const TensorView& src);  // same dtype and numel; any devices
+  void copy_from(const TensorView& src);  // same dtype and numel; any devices (else Error("src"))
   void fill_bytes(std::uint8_t byte);     // e.g. poisoning before a test
 
  private:

@@ -29,8 +29,9 @@ MatrixF32View MatrixF32View::of(const TensorView& tensor, const std::string& nam
 }
 
 MatrixF32View MatrixF32View::columns(std::int64_t begin, std::int64_t count) const {
-  require(begin >= 0 && count >= 0 && begin + count <= cols, "columns",
-          "range [" + std::to_string(begin) + ", " + std::to_string(begin + count) + ") is outside the " +
+  // count ≤ cols − begin: begin + count could overflow.
+  require(begin >= 0 && count >= 0 && begin <= cols && count <= cols - begin, "columns",
+          std::to_string(count) + " columns from column " + std::to_string(begin) + " are outside the " +
               std::to_string(cols) + " columns");
   return MatrixF32View{data ? data + begin : nullptr, rows, count, row_stride, device};
 }

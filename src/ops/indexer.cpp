@@ -131,6 +131,7 @@ void check_dim(IndexerKeyFormat format, int dim, const std::string& name) {
 IndexerQuery IndexerQuery::empty(IndexerKeyFormat format, std::int64_t rows, int heads, int dim, Device device) {
   check_dim(format, dim, "dim");
   require(heads >= 1, "heads", "must be positive");
+  require(rows >= 0, "rows", "must be non-negative, got " + std::to_string(rows));
   IndexerQuery q;
   q.codes = Tensor::empty(DType::U8, code_shape(format, rows, heads, dim), device);
   q.scales = Tensor::empty(scale_dtype(format), scale_shape(format, rows, heads, dim), device);

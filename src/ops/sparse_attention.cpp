@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "dsv4/cache_format.hpp"
 #include "dsv4/error.hpp"
@@ -51,9 +52,10 @@ void check_slots(const TensorView& slots, const std::string& name, std::int64_t 
   }
 }
 
-int check_split(int split_candidates) {
+// `argument`: "options" (SparseAttentionOptions::split_candidates) or the parameter's own name.
+int check_split(int split_candidates, const std::string& argument) {
   require(split_candidates >= 64 && split_candidates <= kMaxSplitCandidates && split_candidates % 64 == 0,
-          "options",
+          argument,
           "split_candidates must be a multiple of 64 in [64, " + std::to_string(kMaxSplitCandidates) +
               "], got " + std::to_string(split_candidates));
   return split_candidates;
@@ -128,11 +130,15 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
 
 std::size_t sparse_attention_workspace_bytes(std::int64_t num_rows, std::int64_t num_heads,
                                              std::int64_t num_candidates, int split_candidates) {
-  require(num_rows >= 0 && num_heads >= 0 && num_candidates >= 0, "shape", "negative extent");
+  for (const auto& [extent, name] : {std::pair{num_rows, "num_rows"}, {num_heads, "num_heads"},
+                                     {num_candidates, "num_candidates"}})
+    require(extent >= 0, name, "must be non-negative, got " + std::to_string(extent));
 #if defined(DSV4_WITH_CUDA)
-  return cuda::workspace_layout(num_rows, num_heads, num_splits(num_candidates, check_split(split_candidates))).total;
+  return cuda::workspace_layout(num_rows, num_heads,
+                                num_splits(num_candidates, check_split(split_candidates, "split_candidates")))
+      .total;
 #else
-  check_split(split_candidates);
+  check_split(split_candidates, "split_candidates");
   return 0;
 #endif
 }
@@ -164,7 +170,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
     check_tensor(options.rope_cos, "rope_cos", DType::F32, {rows, kRopePairs}, device);
     check_tensor(options.rope_sin, "rope_sin", DType::F32, {rows, kRopePairs}, device);
   }
-  check_split(options.split_candidates);
+  check_split(options.split_candidates, "options");
   require(options.output_parts == 0 || options.output_parts == 1 || options.output_parts == 2 ||
               options.output_parts == 4,
           "options", "output_parts must be 0 (automatic), 1, 2 or 4, got " + std::to_string(options.output_parts));

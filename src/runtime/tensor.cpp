@@ -112,6 +112,8 @@ Tensor Tensor::zeros(DType dtype, Shape shape, Device device) {
 }
 
 Tensor Tensor::from_host(DType dtype, Shape shape, const void* bytes, Device device) {
+  check_extents(shape, dtype, "shape");
+  require(bytes != nullptr || shape_numel(shape) == 0, "bytes", "null data pointer");
   Tensor t = empty(dtype, std::move(shape), device);
   copy_bytes(t.data(), device, bytes, Device::CPU, t.nbytes());
   return t;
@@ -124,8 +126,10 @@ Tensor Tensor::to(Device device) const {
 }
 
 void Tensor::copy_from(const TensorView& src) {
+  check_extents(src.shape, src.dtype, "src");
   require(src.dtype == dtype() && src.numel() == numel(), "src",
           "copy needs the same dtype and element count");
+  require(src.data != nullptr || src.numel() == 0, "src", "null data pointer");
   copy_bytes(data(), device(), src.data, src.device, nbytes());
 }
 

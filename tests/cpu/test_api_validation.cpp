@@ -57,6 +57,19 @@ TEST(ApiValidation, TensorsWithNegativeOrOverflowingExtentsAreRefused) {
   EXPECT_EQ(empty.nbytes(), 0u);
 }
 
+TEST(ApiValidation, TensorCopiesRefuseNullAndNegativeSources) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  std::vector<float> data = testing::random_normal(rng, 2);
+  expect_error("bytes", [&] { Tensor::from_host(DType::F32, {2}, nullptr); });
+  EXPECT_EQ(Tensor::from_host(DType::F32, {0, 3}, nullptr).numel(), 0);  // nothing to copy
+  Tensor t = Tensor::from_host(DType::F32, {2}, data.data());
+  const auto before = bytes_of(std::vector<float>(t.data_as<float>(), t.data_as<float>() + 2));
+  expect_error("src", [&] { t.copy_from(TensorView{nullptr, DType::F32, {2}}); });
+  // {−1, −2} has "2 elements" as a product: the copy used to read 8 bytes through it.
+  expect_error("src", [&] { t.copy_from(TensorView{data.data(), DType::F32, {-1, -2}}); });
+  EXPECT_EQ(bytes_of(std::vector<float>(t.data_as<float>(), t.data_as<float>() + 2)), before);
+}
+
 TEST(ApiValidation, SparseAttentionRefusesANegativeRowCount) {
   using F = AttentionEntryFormat;
   std::mt19937_64 rng(testing::fresh_seed());

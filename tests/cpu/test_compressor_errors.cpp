@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "compressor_testing.hpp"
@@ -84,6 +85,10 @@ TEST_F(CompressErrors, RowsShapesDtypesDevicesStrides) {
   expect_refused("kv", [&] { MatrixF32View::of(TensorView{ints.data(), DType::I32, {12, w}, Device::CPU}, "kv"); });
   expect_refused("kv", [&] { MatrixF32View::of(TensorView{kv.data(), DType::F32, {12, w, 1}, Device::CPU}, "kv"); });
   expect_refused("columns", [&] { kv_view().columns(w - 2, 3); });
+  // begin + count overflows int64: it used to wrap below the width and pass.
+  expect_refused("columns", [&] { kv_view().columns(1, std::numeric_limits<std::int64_t>::max()); });
+  expect_refused("columns", [&] { kv_view().columns(w + 1, 0); });
+  EXPECT_EQ(kv_view().columns(w, 0).cols, 0);
 }
 
 TEST_F(CompressErrors, Weights) {

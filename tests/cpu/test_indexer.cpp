@@ -257,6 +257,55 @@ TEST(QueryPrepRef, Errors) {
   EXPECT_EQ(argument_of([&] { call({2, 512}, {3, 32}, IndexerKeyFormat::FP8, out); }), "rope_cos");
   EXPECT_EQ(argument_of([&] { call({2, 512}, {2, 32}, IndexerKeyFormat::FP4, out); }), "out.codes");
   EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP4, 2, 4, 48); }), "dim");
+  EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP8, -1, 4, 128); }), "rows");
+  EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP8, 2, 0, 128); }), "heads");
+}
+
+// The remaining arguments of the query preparation, each alone on valid inputs; the prepared
+// queries must keep their poison.
+TEST(QueryPrepRef, ErrorsWriteNothing) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const int rows = 2, heads = 4, dim = 128;
+  std::vector<float> q = testing::random_normal(rng, rows * heads * dim), logits = testing::random_normal(rng, rows * heads);
+  std::vector<float> cs = testing::random_floats(rng, rows * 32);
+  IndexerQuery out = IndexerQuery::empty(IndexerKeyFormat::FP8, rows, heads, dim);
+  for (Tensor* t : {&out.codes, &out.scales, &out.weights}) t->fill_bytes(0xA5);
+  const auto bytes = [&] {
+    std::vector<std::uint8_t> all;
+    for (const Tensor* t : {&out.codes, &out.scales, &out.weights})
+      all.insert(all.end(), t->data_as<std::uint8_t>(), t->data_as<std::uint8_t>() + t->nbytes());
+    return all;
+  };
+  const auto poisoned = bytes();
+  const TensorView q_view = testing::host_view(q, DType::F32, {rows, heads * dim});
+  const TensorView logits_view = testing::host_view(logits, DType::F32, {rows, heads});
+  const TensorView cos_view = testing::host_view(cs, DType::F32, {rows, 32});
+  const auto call = [&](TensorView qv, TensorView lv, TensorView cv, IndexerQueryView o) {
+    return [=] { prepare_indexer_queries(qv, lv, cv, cv, IndexerKeyFormat::FP8, o); };
+  };
+  TensorView bad = logits_view;
+  bad.shape = {rows + 1, heads};
+  testing::expect_error("head_logits", call(q_view, bad, cos_view, out.view()));
+  bad.shape = {rows, 0};
+  testing::expect_error("head_logits", call(q_view, bad, cos_view, out.view()));
+  bad = q_view;
+  bad.device = Device::CUDA;  // the other tensors are on the host
+  testing::expect_error("head_logits", call(bad, logits_view, cos_view, out.view()));
+  bad = q_view;
+  bad.dtype = DType::BF16;
+  testing::expect_error("q_rows", call(bad, logits_view, cos_view, out.view()));
+  bad = cos_view;
+  bad.shape = {rows, 65};  // r = 130 > d_I
+  testing::expect_error("rope_cos", call(q_view, logits_view, bad, out.view()));
+  IndexerQueryView o = out.view();
+  o.scales.shape = {rows, heads, 1};
+  testing::expect_error("out.scales", call(q_view, logits_view, cos_view, o));
+  o = out.view();
+  o.weights.dtype = DType::BF16;
+  testing::expect_error("out.weights", call(q_view, logits_view, cos_view, o));
+  EXPECT_EQ(bytes(), poisoned);
+  call(q_view, logits_view, cos_view, out.view())();
+  EXPECT_NE(bytes(), poisoned);
 }
 
 }  // namespace

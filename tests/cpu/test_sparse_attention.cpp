@@ -316,8 +316,11 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
 
 TEST(SparseAttentionReference, WorkspaceSize) {
   EXPECT_EQ(sparse_attention_workspace_bytes(4, 64, 512, 512), 0u);  // one chunk: no scratch
-  EXPECT_THROW(sparse_attention_workspace_bytes(4, 64, 640, 100), Error);
-  EXPECT_THROW(sparse_attention_workspace_bytes(4, 64, 640, kMaxSplitCandidates + 64), Error);
+  testing::expect_error("split_candidates", [] { sparse_attention_workspace_bytes(4, 64, 640, 100); });
+  testing::expect_error("split_candidates", [] { sparse_attention_workspace_bytes(4, 64, 640, kMaxSplitCandidates + 64); });
+  testing::expect_error("num_rows", [] { sparse_attention_workspace_bytes(-1, 64, 640); });
+  testing::expect_error("num_heads", [] { sparse_attention_workspace_bytes(4, -64, 640); });
+  testing::expect_error("num_candidates", [] { sparse_attention_workspace_bytes(4, 64, -640); });
   EXPECT_EQ(sparse_attention_workspace_bytes(4, 64, kDefaultSplitCandidates), 0u);  // the default: one chunk
   if (cuda_backend_built()) {
     EXPECT_GT(sparse_attention_workspace_bytes(4, 64, kDefaultSplitCandidates + 1), 0u);
