@@ -279,6 +279,7 @@ inline EntryDiff compare_entry(const EntryLayout& layout, const std::uint8_t* go
 struct Snapshot {
   std::vector<std::uint8_t> state, cache;
   std::vector<std::int64_t> tokens, floors;
+  std::vector<bool> in_use;
   static Snapshot of(const CompressorStatePool& pool, const PagedCache& cache) {
     Snapshot s;
     const auto* p = pool.storage().data_as<const std::uint8_t>();
@@ -287,6 +288,7 @@ struct Snapshot {
     for (int slot = 0; slot < pool.num_slots(); ++slot) {
       s.tokens.push_back(pool.tokens(slot));
       s.floors.push_back(pool.rollback_floor(slot));
+      s.in_use.push_back(pool.in_use(slot));
     }
     return s;
   }

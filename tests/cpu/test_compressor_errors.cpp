@@ -202,11 +202,33 @@ TEST_F(CompressErrors, PoolCacheAndSpecMismatches) {
   expect_refused("rope", [&] { compress(bad, cw(), batch(), kv_view(), score_view(), pool, cache); });
   CompressorSpec fp4 = make_spec(4, true, EntryKind::IndexerFP4);
   fp4.width = 96;  // not a power of two (Walsh–Hadamard)
-  EXPECT_THROW(validate_compressor_spec(fp4), Error);
-  EXPECT_THROW(make_compressed_cache(spec, 10, 4), Error) << "page size not a multiple of the ratio";
-  EXPECT_THROW(PagedCache(EntryLayout{EntryKind::Attention, 512}, 0, 4), Error);
-  EXPECT_THROW(PagedCache(EntryLayout{EntryKind::Attention, 512}, 2, 0), Error);
-  EXPECT_THROW(CompressorStatePool(spec, 1), Error);
+  testing::expect_error("width", [&] { validate_compressor_spec(fp4); });
+  testing::expect_error("page_size", [&] { make_compressed_cache(spec, 10, 4); });  // not a multiple of the ratio
+  testing::expect_error("page_size", [&] { make_compressed_cache(spec, 0, 4); });
+  testing::expect_error("num_pages", [&] { make_compressed_cache(spec, 8, 0); });
+  testing::expect_error("num_slots", [&] { CompressorStatePool(spec, 1); });
+  CompressorSpec no_positions = spec;
+  no_positions.max_positions = 0;
+  testing::expect_error("max_positions", [&] { CompressorStatePool(no_positions, 2); });
+  CompressorSpec negative_eps = spec;
+  negative_eps.eps = -1e-6;
+  testing::expect_error("eps", [&] { make_compressed_cache(negative_eps, 8, 4); });
+}
+
+// The pool's own entry points: slots outside the pool or not allocated, and a full pool.
+TEST_F(CompressErrors, PoolSlots) {
+  expect_refused("slot", [&] { pool.release(4); });  // never allocated
+  expect_refused("slot", [&] { pool.release(0); });  // the null slot
+  expect_refused("slot", [&] { pool.release(5); });
+  expect_refused("slot", [&] { pool.tokens(-1); });
+  expect_refused("slot", [&] { pool.rollback_floor(5); });
+  expect_refused("what", [&] { pool.check_allocated(4, "what"); });
+  EXPECT_EQ(pool.allocate(), 3);
+  EXPECT_EQ(pool.allocate(), 4);
+  expect_refused("pool", [&] { pool.allocate(); });
+  pool.release(3);
+  EXPECT_FALSE(pool.in_use(3));
+  EXPECT_EQ(pool.allocate(), 3);
 }
 
 TEST_F(CompressErrors, LayersWithoutACompressorAndOnlineOverlap) {
@@ -253,9 +275,29 @@ TEST_F(CompressErrors, SingleRequestCapacity) {
   SingleRequestCompressor comp(spec, weights.ape_view(), weights.norm_view(), 10, 8);
   comp.append(rows_a.kv_rows(0, 6), rows_a.score_rows(0, 6));
   const Snapshot before = Snapshot::of(comp.pool(), comp.cache());
-  EXPECT_THROW(comp.append(rows_a.kv_rows(6, 5), rows_a.score_rows(6, 5)), Error);
-  EXPECT_THROW(comp.append(rows_a.kv_rows(6, 2), rows_a.score_rows(6, 1)), Error) << "kv and score rows differ";
+  testing::expect_error("kv", [&] { comp.append(rows_a.kv_rows(6, 5), rows_a.score_rows(6, 5)); });  // 11 > 10
+  testing::expect_error("score", [&] { comp.append(rows_a.kv_rows(6, 2), rows_a.score_rows(6, 1)); });
+  testing::expect_error("n", [&] { comp.rollback(7); });
+  testing::expect_error("entry", [&] { comp.cache_slot(1); });  // 6 tokens: entry 0 only
+  testing::expect_error("entry", [&] { comp.entry_bytes(-1); });
   EXPECT_TRUE(Snapshot::of(comp.pool(), comp.cache()) == before);
+  EXPECT_EQ(comp.tokens(), 6);
+}
+
+TEST_F(CompressErrors, SingleRequestConstruction) {
+  const TensorView ape = weights.ape_view(), norm = weights.norm_view();
+  TensorView bad = ape;
+  bad.shape = {spec.ratio - 1, spec.row_width()};
+  testing::expect_error("ape", [&] { SingleRequestCompressor(spec, bad, norm, 10, 8); });
+  bad = norm;
+  bad.device = Device::CUDA;  // the weights are copied from the host
+  testing::expect_error("norm", [&] { SingleRequestCompressor(spec, ape, bad, 10, 8); });
+  testing::expect_error("capacity_tokens", [&] { SingleRequestCompressor(spec, ape, norm, -1, 8); });
+  testing::expect_error("capacity_tokens", [&] { SingleRequestCompressor(spec, ape, norm, spec.max_positions + 1, 8); });
+  testing::expect_error("page_size", [&] { SingleRequestCompressor(spec, ape, norm, 10, 6); });
+  CompressorSpec bad_spec = spec;
+  bad_spec.ratio = 0;
+  testing::expect_error("ratio", [&] { SingleRequestCompressor(bad_spec, ape, norm, 10, 8); });
 }
 
 TEST_F(CompressErrors, TheValidStepWorksAfterAllRefusals) {

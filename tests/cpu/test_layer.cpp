@@ -396,12 +396,17 @@ TEST(Layer, RollbackBeyondItsLimitIsRefused) {
   AttentionLayer layer(tiny(), w, options);
   const int r = layer.open_request();
   run_chunks(layer, r, random_rows(rng, 20), {20});
-  EXPECT_THROW(layer.rollback(r, 4), Error);
-  EXPECT_THROW(layer.rollback(r, -1), Error);
+  const LayerRequestUsage before = layer.usage(r);
+  testing::expect_error("n", [&] { layer.rollback(r, 4); });
+  testing::expect_error("n", [&] { layer.rollback(r, -1); });
+  testing::expect_error("request", [&] { layer.rollback(r + 1, 1); });  // not open
   EXPECT_EQ(layer.tokens(r), 20);
+  EXPECT_EQ(layer.usage(r).compressed_entries, before.compressed_entries);
+  EXPECT_EQ(layer.usage(r).indexer_entries, before.indexer_entries);
   layer.rollback(r, 3);
   EXPECT_EQ(layer.tokens(r), 17);
-  EXPECT_THROW(layer.rollback(r, 1), Error) << "already 3 below the most tokens reached";
+  testing::expect_error("n", [&] { layer.rollback(r, 1); });  // already 3 below the most tokens reached
+  EXPECT_EQ(layer.tokens(r), 17);
 }
 
 // ---- errors --------------------------------------------------------------------------------------
@@ -471,6 +476,9 @@ TEST(Layer, ConstructionChecksWeightsAndOptions) {
   expect_error("max_requests", [&] { layer.open_request(); });
   layer.close_request(r);
   expect_error("request", [&] { layer.close_request(r); });
+  expect_error("request", [&] { layer.tokens(r); });
+  expect_error("request", [&] { layer.usage(r); });
+  expect_error("request", [&] { layer.close_request(-1); });
   EXPECT_EQ(layer.open_request(), r);
 }
 

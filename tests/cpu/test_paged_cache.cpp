@@ -41,9 +41,9 @@ TEST(EntryLayout, SizesAndOffsets) {
   EXPECT_EQ(fp4.data_offset(3), 3 * 64);
   EXPECT_EQ(fp4.scale_offset(3, 64), 64 * 64 + 3 * 4);
 
-  EXPECT_THROW((EntryLayout{EntryKind::Attention, 256}.validate()), Error);
-  EXPECT_THROW((EntryLayout{EntryKind::IndexerFP4, 48}.validate()), Error);
-  EXPECT_THROW((EntryLayout{EntryKind::IndexerFP8, 0}.validate()), Error);
+  testing::expect_error("layout", [] { EntryLayout{EntryKind::Attention, 256}.validate(); });
+  testing::expect_error("layout", [] { EntryLayout{EntryKind::IndexerFP4, 48}.validate(); });
+  testing::expect_error("keys", [] { EntryLayout{EntryKind::IndexerFP8, 0}.validate("keys"); });
   EXPECT_NO_THROW((EntryLayout{EntryKind::IndexerFP8, 64}.validate()));
 }
 
@@ -113,8 +113,8 @@ TEST(PagedCache, PageTableTranslationAndChecks) {
   const std::vector<std::int32_t> table{4, 9, 1};
   EXPECT_EQ(checked_physical_page(cache, table, 1), 9);
   EXPECT_EQ(physical_slot(table.data(), 64 + 5, 64), 9 * 64 + 5);
-  EXPECT_THROW(checked_physical_page(cache, table, 3), Error) << "past the table";
-  EXPECT_THROW(checked_physical_page(cache, table, -1), Error);
+  testing::expect_error("page_table", [&] { checked_physical_page(cache, table, 3); });  // past the table
+  testing::expect_error("page_table", [&] { checked_physical_page(cache, table, -1); });
   for (std::int32_t bad : {0, -1, 10, 1 << 30}) {
     const std::vector<std::int32_t> t{bad};
     try {
@@ -124,10 +124,16 @@ TEST(PagedCache, PageTableTranslationAndChecks) {
       EXPECT_EQ(e.argument(), "pages");
     }
   }
-  EXPECT_THROW(cache.check_slot(cache.num_slots()), Error);
-  EXPECT_THROW(cache.entry_bytes(-1), Error);
-  EXPECT_THROW(cache.page_data(10), Error);
-  EXPECT_THROW(PagedCache(EntryLayout{EntryKind::IndexerFP8, 128}, 1 << 16, 1 << 16), Error) << "int32 slot range";
+  testing::expect_error("slot", [&] { cache.check_slot(cache.num_slots()); });
+  testing::expect_error("slot", [&] { cache.entry_bytes(-1); });
+  testing::expect_error("slot", [&] { cache.decode_entry(cache.num_slots()); });
+  testing::expect_error("page", [&] { cache.page_data(10); });
+  testing::expect_error("page", [&] { cache.page_data(-1); });
+  const EntryLayout fp8{EntryKind::IndexerFP8, 128};
+  testing::expect_error("num_pages", [&] { PagedCache(fp8, 1 << 16, 1 << 16); });  // int32 slot range
+  testing::expect_error("num_pages", [&] { PagedCache(fp8, 4, 0); });
+  testing::expect_error("entries_per_page", [&] { PagedCache(fp8, 0, 4); });
+  testing::expect_error("layout", [&] { PagedCache(EntryLayout{EntryKind::Attention, 128}, 4, 4); });
 }
 
 }  // namespace
