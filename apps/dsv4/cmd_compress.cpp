@@ -39,6 +39,8 @@ IndexerKeyFormat parse_indexer_format(const CompressOptions& o) {
 
 int compress_file(const CompressOptions& o) {
   const Device device = parse_device(o.device, "--device");
+  require(device == Device::CPU || cuda_backend_built(), "--device",
+          "cuda: this build of dsv4 has no CUDA backend (configure with -DDSV4_CUDA=ON)");
   const IndexerKeyFormat format = parse_indexer_format(o);
   const ModelConfig model = load_model_config(o.config);
   const CompressorSpec spec = CompressorSpec::for_layer(model, o.layer, o.indexer, format, o.online);

@@ -205,8 +205,11 @@ int run_demo(const DemoOptions& o) {
   require(o.chunk >= 1, "--chunk", "must be at least 1");
   require(o.threads >= 0, "--threads", "must be non-negative");
   const ModelConfig model = load_model_config(o.config);
+  // Compared without the sum, which could overflow.
+  require(o.prompt_tokens <= model.max_positions && o.decode_tokens <= model.max_positions - o.prompt_tokens,
+          "--decode-tokens",
+          "prompt plus decode tokens exceed max_position_embeddings = " + std::to_string(model.max_positions));
   const std::int64_t total = o.prompt_tokens + o.decode_tokens;
-  require(total <= model.max_positions, "--prompt-tokens", "prompt plus decode exceeds max_position_embeddings");
   const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int D = model.hidden_size;
 
@@ -281,7 +284,9 @@ void add_demo_command(CLI::App& app, Action& run) {
       ->capture_default_str();
   sub->add_option("--chunk", options->chunk, "prefill chunk size")->capture_default_str();
   sub->add_option("--device", options->device, "cpu (the CUDA layer is not built yet)")->capture_default_str();
-  sub->add_option("--seed", options->seed, "random seed of weights and prompt")->capture_default_str();
+  sub->add_option("--seed", options->seed, "random seed of weights and prompt")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   sub->add_option("--threads", options->threads, "CPU threads (0: all)")->capture_default_str();
   sub->callback([&run, options] { run = [options] { return run_demo(*options); }; });
 }

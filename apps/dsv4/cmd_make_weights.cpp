@@ -39,11 +39,7 @@ void add_make_weights_command(CLI::App& app, Action& run) {
       ->required();
   sub->add_option("--seed", options->seed, "random seed (same seed, same bytes)")
       ->capture_default_str()
-      ->check(CLI::Validator(  // "-1" would otherwise wrap to 2^64 - 1
-          [](std::string& text) {
-            return text.find('-') == std::string::npos ? std::string() : "must be a non-negative integer, got " + text;
-          },
-          "UINT64"));
+      ->check(non_negative_integer());
   sub->add_option("--out", options->out, "output .safetensors file (written atomically)")->required();
   sub->callback([&run, options] { run = [options] { return make_weights(*options); }; });
 }

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace dsv4::cli {
 
@@ -14,5 +15,14 @@ void add_compress_command(CLI::App& app, Action& run);
 void add_make_weights_command(CLI::App& app, Action& run);
 void add_run_layer_command(CLI::App& app, Action& run);
 void add_demo_command(CLI::App& app, Action& run);
+
+// Check of an unsigned option (a seed): CLI11 would wrap "-1" to 2^64 − 1.
+inline CLI::Validator non_negative_integer() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.find('-') == std::string::npos ? std::string() : "must be a non-negative integer, got " + text;
+      },
+      "UINT64");
+}
 
 }  // namespace dsv4::cli

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "compressor_testing.hpp"
 #include "dsv4/safetensors.hpp"
@@ -149,28 +151,31 @@ TEST(CliCompressErrors, ExitNonZeroAndWriteNothing) {
   }
   const std::string out = dir + "/out.safetensors";
   const std::string ok = " --out " + quoted(out);
-  const std::vector<std::string> bad = {
-      "--config tiny --layer 0 --in " + in + ok,                           // ratio-0 layer
-      "--config tiny --layer 9 --in " + in + ok,                           // no such layer
-      "--config tiny --layer 1 --online --in " + in + ok,                  // online needs no overlap
-      "--config nosuch --layer 1 --in " + in + ok,                         // unknown preset
-      "--config tiny --layer 1 --chunks 5,5 --in " + in + ok,              // sum ≠ T
-      "--config tiny --layer 1 --chunks 5,x,8 --in " + in + ok,            // not a number
-      "--config tiny --layer 1 --chunks 14,-1 --in " + in + ok,            // negative
-      "--config tiny --layer 1 --indexer-format fp4 --in " + in + ok,      // format without --indexer
-      "--config tiny --layer 1 --indexer --indexer-format fp6 --in " + in + ok,
-      "--config tiny --layer 1 --device tpu --in " + in + ok,
-      "--config tiny --layer 1 --device cuda --in " + in + ok,             // not built (yet)
-      "--config tiny --layer 1 --in " + quoted(dir + "/f64.safetensors") + ok,      // kv not F32
-      "--config tiny --layer 1 --in " + quoted(dir + "/narrow.safetensors") + ok,   // wrong width
-      "--config tiny --layer 1 --in " + quoted(dir + "/missing.safetensors") + ok,  // no score
-      "--config tiny --layer 1 --in " + quoted(dir + "/none.safetensors") + ok,     // no input file
-      "--config tiny --layer 1 --indexer --in " + in + ok,                 // attention-width rows for the indexer
-      "--config tiny --layer 1 --in " + in,                                // no --out
+  // Each with the argument its message must name.
+  std::vector<std::pair<std::string, std::string>> bad = {
+      {"--config tiny --layer 0 --in " + in + ok, "argument 'layer'"},       // ratio-0 layer
+      {"--config tiny --layer 9 --in " + in + ok, "argument 'layer'"},       // no such layer
+      {"--config tiny --layer 1 --online --in " + in + ok, "argument 'online'"},  // online needs no overlap
+      {"--config nosuch --layer 1 --in " + in + ok, "argument 'config'"},    // unknown preset
+      {"--config tiny --layer 1 --chunks 5,5 --in " + in + ok, "argument '--chunks'"},  // sum ≠ T
+      {"--config tiny --layer 1 --chunks 5,x,8 --in " + in + ok, "argument '--chunks'"},  // not a number
+      {"--config tiny --layer 1 --chunks 14,-1 --in " + in + ok, "argument '--chunks'"},  // negative
+      {"--config tiny --layer 1 --indexer-format fp4 --in " + in + ok, "argument '--indexer-format'"},
+      {"--config tiny --layer 1 --indexer --indexer-format fp6 --in " + in + ok, "argument '--indexer-format'"},
+      {"--config tiny --layer 1 --device tpu --in " + in + ok, "argument '--device'"},
+      {"--config tiny --layer 1 --in " + quoted(dir + "/f64.safetensors") + ok, "argument 'kv'"},     // not F32
+      {"--config tiny --layer 1 --in " + quoted(dir + "/narrow.safetensors") + ok, "argument 'kv'"},  // wrong width
+      {"--config tiny --layer 1 --in " + quoted(dir + "/missing.safetensors") + ok, "argument 'score'"},
+      {"--config tiny --layer 1 --in " + quoted(dir + "/none.safetensors") + ok, "none.safetensors"},  // no file
+      {"--config tiny --layer 1 --indexer --in " + in + ok, "argument 'kv'"},  // attention-width rows for the indexer
+      {"--config tiny --layer 1 --in " + in, "--out"},                       // no --out
   };
-  for (const std::string& args : bad) {
+  // Without the CUDA backend, --device cuda is refused up front; with it, the run may succeed.
+  if (!cuda_backend_built()) bad.push_back({"--config tiny --layer 1 --device cuda --in " + in + ok, "argument '--device'"});
+  for (const auto& [args, message] : bad) {
     std::string log;
     EXPECT_NE(run_cli(args, &log), 0) << args << "\n" << log;
+    EXPECT_NE(log.find(message), std::string::npos) << args << "\n" << log;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
   // An output directory that does not exist: an error, and no stray temporary file.

@@ -297,7 +297,14 @@ TEST(CliDemo, ShortRunPassesItsSelfCheck) {
   for (const char* kind : {"SWA", "CSA", "HCA"}) EXPECT_NE(output.find(kind), std::string::npos) << output;
   EXPECT_NE(output.find("179.00"), std::string::npos) << "CSA: 584/4 + 132/4 bytes per token\n" << output;
   EXPECT_NE(testing::run_command(cli() + " demo --chunk 0", &output), 0);
+  EXPECT_NE(output.find("argument '--chunk'"), std::string::npos) << output;
   EXPECT_NE(testing::run_command(cli() + " demo --device cuda", &output), 0);
+  EXPECT_NE(output.find("argument '--device'"), std::string::npos) << output;
+  // prompt + decode overflows int64: refused naming the option, before anything runs.
+  EXPECT_EQ(testing::run_command(cli() + " demo --prompt-tokens 9223372036854775807 --decode-tokens 10", &output), 1);
+  EXPECT_NE(output.find("argument '--decode-tokens'"), std::string::npos) << output;
+  EXPECT_NE(testing::run_command(cli() + " demo --seed -1", &output), 0);  // would wrap to 2^64 - 1
+  EXPECT_NE(output.find("non-negative"), std::string::npos) << output;
 }
 
 }  // namespace
