@@ -58,6 +58,17 @@ __device__ __forceinline__ void online_update(bool first_row, const float (&s)[4
   }
 }
 
+// Snapshot addresses, in one place so that every reader and writer of a snapshot agrees: a slot's
+// ring [records_per_slot, record_floats], and the offset in it of the snapshot after `count` tokens.
+// (An offset, not a pointer: a helper returning the pointer cost run_rows' stores their immediate
+// offsets, c and 2·c — 131 more instructions in online_kernel.)
+__device__ __forceinline__ float* slot_snapshots(const KernelParams& p, int slot) {
+  return p.state + static_cast<std::int64_t>(slot) * p.records_per_slot * p.record_floats;
+}
+__device__ __forceinline__ std::int64_t snapshot_offset(const KernelParams& p, std::int64_t count) {
+  return (count % p.records_per_slot) * p.record_floats;
+}
+
 // The request's new rows (online compressors have no overlap: row width c).
 struct NewRows {
   const float* kv;      // [T, c]
@@ -74,16 +85,15 @@ struct NewRows {
 
 // Applies positions [from, to) to `state` (a block's first row restarts it), kBatch rows at a time
 // through the staging slots, the next kStages − 1 batches in flight during this one's recurrence
-// (each thread copies and reads only its own slots: no barrier). After the row
-// that brings the count to L ≥ keep_from, stores the snapshot of L into `snapshots`
-// [num_snapshots, 3·c].
+// (each thread copies and reads only its own slots: no barrier). After the row that brings the count
+// to L ≥ keep_from, stores the snapshot of L into `snapshots` (the slot's ring).
 template <class Config>
 __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& rows, std::int64_t from, std::int64_t to,
                                          std::int64_t keep_from, float* snapshots, int lane,
                                          const Staging<Config>& staging, OnlineState& state) {
   constexpr int kBatch = Config::kBatch;
   constexpr int c = Config::kWidth;
-  const int m = p.ratio, num_snapshots = p.records_per_slot;
+  const int m = p.ratio;
   const int channel = 4 * lane;
   const int first_in_block = static_cast<int>(from % m);
   const int batches = static_cast<int>((to - from + kBatch - 1) / kBatch);
@@ -137,7 +147,7 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
       if (q >= to) break;
       apply_row(u);
       if (q + 1 >= keep_from) {
-        float* snapshot = snapshots + ((q + 1) % num_snapshots) * p.record_floats;
+        float* snapshot = snapshots + snapshot_offset(p, q + 1);
         store4(snapshot + channel, make_float4(state.max[0], state.max[1], state.max[2], state.max[3]));
         store4(snapshot + c + channel, make_float4(state.sum[0], state.sum[1], state.sum[2], state.sum[3]));
         store4(snapshot + 2 * c + channel, make_float4(state.mean[0], state.mean[1], state.mean[2], state.mean[3]));
@@ -165,7 +175,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
   const StepRequest& r = place.request;
   const NewRows rows(p, r);
   const int m = p.ratio;
-  float* snapshots = p.state + static_cast<std::int64_t>(r.slot) * p.records_per_slot * p.record_floats;
+  float* snapshots = slot_snapshots(p, r.slot);
   OnlineState state = {};
   const OnlineKeptCounts kept = online_kept_counts(r.prefix, r.new_tokens, r.num_events, m, p.max_rollback);
   const std::int64_t end = r.prefix + r.new_tokens;
@@ -181,7 +191,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
 
   // The head.
   if (r.prefix != kept.first_block_start) {
-    const float* snapshot = snapshots + (r.prefix % p.records_per_slot) * p.record_floats;
+    const float* snapshot = snapshots + snapshot_offset(p, r.prefix);
     if (kept.start_saved) {  // a body overwrites its slot during the step (the launch saved it first)
       if (p.online_saved == nullptr) __trap();
       snapshot = p.online_saved + static_cast<std::int64_t>(place.request_index) * 3 * c;
@@ -209,8 +219,7 @@ template <int kWidth>
 __global__ void __launch_bounds__(128) online_save_kernel(const __grid_constant__ KernelParams p) {
   const StepRequest r = step_request(p, static_cast<int>(blockIdx.x));
   if (!online_kept_counts(r.prefix, r.new_tokens, r.num_events, p.ratio, p.max_rollback).start_saved) return;
-  const float4* from = reinterpret_cast<const float4*>(
-      p.state + (static_cast<std::int64_t>(r.slot) * p.records_per_slot + r.prefix % p.records_per_slot) * p.record_floats);
+  const float4* from = reinterpret_cast<const float4*>(slot_snapshots(p, r.slot) + snapshot_offset(p, r.prefix));
   float4* to = reinterpret_cast<float4*>(p.online_saved + static_cast<std::int64_t>(blockIdx.x) * 3 * kWidth);
   for (int v = static_cast<int>(threadIdx.x); v < 3 * kWidth / 4; v += static_cast<int>(blockDim.x)) to[v] = from[v];
 }

@@ -203,6 +203,10 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
   // pad only the window's last slice and take its last row, K − 1, whichever range it is folded in,
   // so even a zero's sign cannot depend on the path.
   const int padding_row = Config::kSlicedFold ? j_end - 1 : j_begin;
+  const auto batch_candidate = [&](int b, int u) {
+    const int j = j_begin + b * kBatch + u;
+    return window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
+  };
   const auto copy_batch = [&](int b) {
     const int stage = b % Config::kStages;
     const auto copy_row = [&](int u, const Candidate& c) {
@@ -227,8 +231,7 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     Candidate candidates[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int j = j_begin + b * kBatch + u;
-      candidates[u] = window.candidate(rows, j < j_end ? j : padding_row, lane);  // padding copies a real row
+      candidates[u] = batch_candidate(b, u);
       if constexpr (Config::kStageApe) copy_row(u, candidates[u]);
     }
     if constexpr (!Config::kStageApe) {
@@ -242,12 +245,16 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     // Ape read from L1 (short windows): the batch's vectors are loaded before the wait for its copies,
     // so their round trip runs beside the copies' instead of after it (Nsight Compute, C4-128 prefill:
     // the first add of a loaded ape vector held a quarter of the kernel's stall samples).
+    // The candidates located for those loads serve the fold too. Kernels without them locate each
+    // candidate in the fold, where it is read (a whole batch located after the wait cost them up to
+    // 9 instructions).
+    Candidate candidates[kBatch];
     float4 ape[kBatch];
     if constexpr (Config::kApeBeforeWait) {
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
-        const int j = j_begin + b * kBatch + u;
-        ape[u] = load_shared_input(window.candidate(rows, j < j_end ? j : padding_row, lane).ape);
+        candidates[u] = batch_candidate(b, u);
+        ape[u] = load_shared_input(candidates[u].ape);
       }
     }
     copies_before_batch<Config::kStages>(b, batches, copy_batch);
@@ -256,9 +263,8 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     float scores[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int j = j_begin + b * kBatch + u;
-      const bool valid = j < j_end;
-      const Candidate c = window.candidate(rows, valid ? j : padding_row, lane);
+      const bool valid = j_begin + b * kBatch + u < j_end;
+      const Candidate c = Config::kApeBeforeWait ? candidates[u] : batch_candidate(b, u);
       float4 bias = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // the ring stores score + ape already
       if constexpr (Config::kSplit) {
         if (c.is_new) bias = *staging.slot(stage, u, 2);  // ring rows' ape slots were not copied
