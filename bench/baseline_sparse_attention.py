@@ -66,6 +66,8 @@ def local_prefill_slots(rows, k, generator):
     window = (position.view(-1, 1) - 127 + torch.arange(128, device="cuda")) % slots
     visible = torch.clamp((position + 1) // 4, max=slots)
     limit = int(visible.max())
+    if int(visible.min()) < k:
+        raise ValueError(f"{int(visible.min())} visible compressed entries, fewer than K = {k}")
     keys = torch.rand(rows, limit, device="cuda", generator=generator)
     keys[torch.arange(limit, device="cuda").view(1, -1) >= visible.view(-1, 1)] = 2.0  # never drawn
     compressed = keys.topk(k, dim=1, largest=False).indices.sort(dim=1).values

@@ -1,7 +1,7 @@
 // bench/bench_sparse_attention.cu — sparse FP8 attention with sink, decode and prefill shapes of issue 6.
 //
-// Pools of 262,144 random entries each (153 MB, well past the 60 MB L2), random slots over them, every
-// candidate valid. FLOPs = 2·H·N·(512 + 512) per query row (the FlashMLA convention), ceiling 787
+// Pools of 262,144 random entries each (153 MB, well past the 60 MB L2), random slots over them (the
+// "_local" prefill cases: one request's chunk after a 64K prefix, Case::local), every candidate valid. FLOPs = 2·H·N·(512 + 512) per query row (the FlashMLA convention), ceiling 787
 // TFLOP/s (bf16 dense, ANCHORS.md). Each call is captured once in a CUDA graph and the graph is timed
 // (CUDA events, L2 flushed before every launch, median), so host-side validation is not in the time.
 // Each case checks two rows (8 heads each) against the CPU reference (relative L2 ≤ 1e-2). One-row
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -93,10 +94,10 @@ struct Case {
   std::string name;
   int rows, heads, next_n, batch, compressed;  // compressed = K; N = 128 + K
   int split = dsv4::kDefaultSplitCandidates;
-  // Slots as one request's prefill chunk finds them (else random over the pools): the chunk's rows are
-  // consecutive tokens after a prefix of kLocalPrefix tokens, each with its window (the 128 tokens up
-  // to it, consecutive slots) and K distinct entries of the request's own compressed ones (the first
-  // (prefix + t) / 4, consecutive slots), in ascending order as the top-k writes them.
+  // Slots as one request's prefill chunk finds them (else random over the pools): row t is token
+  // position = kLocalPrefix + t, with its window (the 128 tokens up to it, consecutive slots) and K
+  // distinct entries of the request's visible compressed ones (the first (position + 1) / 4,
+  // consecutive slots), in ascending order as the top-k writes them.
   bool local = false;
 };
 constexpr int kLocalPrefix = 65536;
@@ -150,6 +151,11 @@ CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(
       for (int i = 0; i < kWindow; ++i)
         window_slots[static_cast<std::size_t>(r) * kWindow + i] = (position - kWindow + 1 + i) % pool_entries;
       visible.resize(static_cast<std::size_t>(std::min((position + 1) / 4, pool_entries)));
+      if (visible.size() < static_cast<std::size_t>(c.compressed)) {
+        std::fprintf(stderr, "%s: %zu visible compressed entries, fewer than K = %d\n", c.name.c_str(), visible.size(),
+                     c.compressed);
+        std::exit(2);
+      }
       std::iota(visible.begin(), visible.end(), 0);
       for (int i = 0; i < c.compressed; ++i)  // the first K of a partial Fisher–Yates shuffle
         std::swap(visible[static_cast<std::size_t>(i)],

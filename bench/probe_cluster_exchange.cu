@@ -101,6 +101,12 @@ void run(int ranks, int clusters, int bytes, float* scratch, long long* cycles, 
   attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
+  int fits = 0;  // a cluster's CTAs must share a GPC: skip the sizes this card cannot place
+  if (cudaOccupancyMaxActiveClusters(&fits, kernel, &config) != cudaSuccess || fits == 0) {
+    cudaGetLastError();
+    std::printf("C=%-2d: no cluster of this size fits a GPC here, skipped\n", ranks);
+    return;
+  }
   std::vector<long long> all;
   for (int repeat = 0; repeat < 20; ++repeat) {
     check_cuda(cudaLaunchKernelEx(&config, kernel, bytes, scratch, cycles, sink), "launch");

@@ -205,10 +205,11 @@ int run_demo(const DemoOptions& o) {
   require(o.chunk >= 1, "--chunk", "must be at least 1");
   require(o.threads >= 0, "--threads", "must be non-negative");
   const ModelConfig model = load_model_config(o.config);
+  const std::string limit = "max_position_embeddings = " + std::to_string(model.max_positions);
+  require(o.prompt_tokens <= model.max_positions, "--prompt-tokens", "exceeds " + limit);
   // Compared without the sum, which could overflow.
-  require(o.prompt_tokens <= model.max_positions && o.decode_tokens <= model.max_positions - o.prompt_tokens,
-          "--decode-tokens",
-          "prompt plus decode tokens exceed max_position_embeddings = " + std::to_string(model.max_positions));
+  require(o.decode_tokens <= model.max_positions - o.prompt_tokens, "--decode-tokens",
+          "prompt plus decode tokens exceed " + limit);
   const std::int64_t total = o.prompt_tokens + o.decode_tokens;
   const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const int D = model.hidden_size;

@@ -300,8 +300,11 @@ TEST(CliDemo, ShortRunPassesItsSelfCheck) {
   EXPECT_NE(output.find("argument '--chunk'"), std::string::npos) << output;
   EXPECT_NE(testing::run_command(cli() + " demo --device cuda", &output), 0);
   EXPECT_NE(output.find("argument '--device'"), std::string::npos) << output;
-  // prompt + decode overflows int64: refused naming the option, before anything runs.
+  // Past max_position_embeddings, and prompt + decode overflowing int64: refused naming the option that
+  // goes too far, before anything runs.
   EXPECT_EQ(testing::run_command(cli() + " demo --prompt-tokens 9223372036854775807 --decode-tokens 10", &output), 1);
+  EXPECT_NE(output.find("argument '--prompt-tokens'"), std::string::npos) << output;
+  EXPECT_EQ(testing::run_command(cli() + " demo --prompt-tokens 64 --decode-tokens 9223372036854775807", &output), 1);
   EXPECT_NE(output.find("argument '--decode-tokens'"), std::string::npos) << output;
   EXPECT_NE(testing::run_command(cli() + " demo --seed -1", &output), 0);  // would wrap to 2^64 - 1
   EXPECT_NE(output.find("non-negative"), std::string::npos) << output;

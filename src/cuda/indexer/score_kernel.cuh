@@ -360,7 +360,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
     starts[i] = count_starts && j < p.num_requests ? p.query_start[j] : 0x7fffffff;
   }
   // With a single request every row's request is known, so the chunk's page-table slice is fetched
-  // now, whole (V_t is not known yet; entries past it are bounded but never used).
+  // now, whole (V_t is not known yet; entries past it are bounded and never read from, though their
+  // first lines are prefetched like the others' where they lie in the pool: stage_page).
   const bool single_request = p.num_requests == 1;
   const ChunkPages pages{s_pages, col0 >> log2_epp};
   constexpr int kEarlyPages = (kMaxKeyChunk / kMinEntriesPerPage + 1 + kThreads - 1) / kThreads;
