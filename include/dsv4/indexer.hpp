@@ -92,6 +92,7 @@ struct IndexerOptions {
 //   rope_cos     F32 [N_q, r/2]      cos θ(t, i) at the row's position (RopeTable::cos_sin), r ≤ d_I
 //   rope_sin     F32 [N_q, r/2]
 //   out          prepared queries of `format`, shapes as in IndexerQueryView, every element written
+//                (its three tensors share no byte with the inputs or with each other)
 // d_I must be a power of two (Walsh–Hadamard), a multiple of 32 for FP4; on CUDA d_I = 128.
 void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_logits, const TensorView& rope_cos,
                              const TensorView& rope_sin, IndexerKeyFormat format, const IndexerQueryView& out,
@@ -104,7 +105,7 @@ void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_lo
 //   keys    the indexer key cache
 //   rows    query_start / visible / page_table; V_t ≤ S, and every page holding a visible entry
 //           must be inside the pool
-//   scores  F32 [N_q, S], written entirely
+//   scores  F32 [N_q, S], written entirely (sharing no byte with the other arguments)
 // On CUDA: d_I = 128, H_I = 64 or 128, entries_per_page a power of two ≥ 4 (P and m
 // are powers of two in every published model), tensors 16-byte aligned. The result of a row never depends on the other rows (no cross-row reduction).
 void indexer_scores(const IndexerQueryView& q, const IndexerKeyCacheView& keys, const IndexerRowsView& rows,

@@ -87,7 +87,8 @@ struct SparseAttentionOptions {
 //   lse                F32 [N_q, H], written entirely (−inf for a row without candidates or sink)
 // A row without valid candidates gives a zero output. Slot 0 is the pool's null entry and is read
 // like any other. Every tensor must be on the same device; on CUDA, q, out and the pools must be
-// 16-byte aligned. Throws Error naming the argument for any violation before anything is written;
+// 16-byte aligned; out, lse and the workspace share no byte with an input or with each other. Throws
+// Error naming the argument for any violation before anything is written;
 // on the CPU a slot outside [−1, num_slots) is such an error, on CUDA (where slots stay on the
 // device) it is treated as −1.
 void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache,

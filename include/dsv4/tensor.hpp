@@ -39,6 +39,16 @@ struct TensorView {
 void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
                   Device device);
 
+// An output view and the views a call reads (or writes besides it), each with its argument name.
+struct NamedView {
+  const TensorView& view;
+  const char* name;
+};
+// Throws Error(output.name, "overlaps <name>") when the bytes of `output` share any byte with one of
+// `others` on the same device (the call would read or write what it writes). Views of no bytes never
+// overlap.
+void check_disjoint(const NamedView& output, std::initializer_list<NamedView> others);
+
 class Tensor {
  public:
   Tensor() = default;

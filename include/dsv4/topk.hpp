@@ -21,7 +21,8 @@ namespace dsv4 {
 //   entries_per_page   P / m, for the page translation
 //   indices  I32 [N_q, K], K ≥ 1: entry numbers, ascending, then −1
 //   slots    I32 [N_q, K] or empty: physical slots page_table[b][s / P·m] · (P/m) + s mod (P/m), −1 padding
-// On CUDA, S ≤ 262144 (1M tokens at m = 4). Throws Error naming the argument for any violation.
+// On CUDA, S ≤ 262144 (1M tokens at m = 4). indices and slots share no byte with an input or with each
+// other. Throws Error naming the argument for any violation.
 void indexer_topk(const TensorView& scores, const IndexerRowsView& rows, int entries_per_page,
                   const TensorView& indices, const TensorView& slots, const IndexerOptions& options = {});
 

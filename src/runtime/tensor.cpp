@@ -46,6 +46,17 @@ void check_extents(const Shape& shape, DType dtype, const std::string& name) {
 }
 }  // namespace
 
+void check_disjoint(const NamedView& output, std::initializer_list<NamedView> others) {
+  const auto begin = [](const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); };
+  const std::size_t bytes = output.view.data != nullptr ? output.view.nbytes() : 0;
+  for (const NamedView& other : others) {
+    const std::size_t other_bytes = other.view.data != nullptr ? other.view.nbytes() : 0;
+    if (bytes == 0 || other_bytes == 0 || other.view.device != output.view.device) continue;
+    const bool overlap = begin(output.view) < begin(other.view) + other_bytes && begin(other.view) < begin(output.view) + bytes;
+    require(!overlap, output.name, std::string("overlaps ") + other.name + " (a call never writes what it reads)");
+  }
+}
+
 void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
                   Device device) {
   require(view.dtype == dtype, name,

@@ -181,6 +181,10 @@ TEST(IndexerScoresRef, ErrorsNameTheArgumentAndWriteNothing) {
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.page_table.shape = {2, 1}; }, "page_table");
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.visible.dtype = DType::I64; }, "visible");
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.query_start.device = Device::CUDA; }, "query_start");
+  // Scores written over what the call reads: the query weights, the keys, the visible counts.
+  expect_error(fresh(), [](B&, Q& q, K&, R&, TensorView& out) { out.data = q.weights.data; }, "scores");
+  expect_error(fresh(), [](B&, Q&, K& k, R&, TensorView& out) { out.data = k.pages.data; }, "scores");
+  expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView& out) { out.data = r.visible.data; }, "scores");
 }
 
 // ---- query preparation -----------------------------------------------------------------------
@@ -303,6 +307,16 @@ TEST(QueryPrepRef, ErrorsWriteNothing) {
   o = out.view();
   o.weights.dtype = DType::BF16;
   testing::expect_error("out.weights", call(q_view, logits_view, cos_view, o));
+  // Outputs over the inputs (weights over the logits: in place) or over each other.
+  std::vector<float> logits_copy = logits;
+  o = out.view();
+  o.weights.data = logits_copy.data();
+  const TensorView logits_copy_view = testing::host_view(logits_copy, DType::F32, {rows, heads});
+  testing::expect_error("out.weights", call(q_view, logits_copy_view, cos_view, o));
+  EXPECT_EQ(logits_copy, logits);
+  o = out.view();
+  o.scales.data = o.codes.data;
+  testing::expect_error("out.codes", call(q_view, logits_view, cos_view, o));
   EXPECT_EQ(bytes(), poisoned);
   call(q_view, logits_view, cos_view, out.view())();
   EXPECT_NE(bytes(), poisoned);

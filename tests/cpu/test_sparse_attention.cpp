@@ -272,6 +272,20 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
   expect_error("lse", call_with(q, w, c, ws, cs, sink, out, lse_shape));
   TensorView on_gpu = ws; on_gpu.device = Device::CUDA;
   expect_error("window_slots", call_with(q, w, c, on_gpu, cs, sink, out, lse));
+  // Outputs sharing bytes with what the call reads (in-place attention over q), or with each other.
+  {
+    const std::vector<std::uint16_t> q_before(q.as<const std::uint16_t>(), q.as<const std::uint16_t>() + q.numel());
+    TensorView out_on_q = out; out_on_q.data = q.data;
+    expect_error("out", call_with(q, w, c, ws, cs, sink, out_on_q, lse));
+    EXPECT_TRUE(std::equal(q_before.begin(), q_before.end(), q.as<const std::uint16_t>())) << "q written on error";
+  }
+  TensorView lse_on_sink = lse; lse_on_sink.data = sink.data;  // [rows, heads] from the sink's first byte
+  expect_error("lse", call_with(q, w, c, ws, cs, sink, out, lse_on_sink));
+  TensorView lse_in_out = lse; lse_in_out.data = out.data;
+  expect_error("out", call_with(q, w, c, ws, cs, sink, out, lse_in_out));
+  SparseAttentionOptions workspace_on_out;
+  workspace_on_out.workspace = TensorView{out.data, DType::U8, {16}};
+  expect_error("out", call_with(q, w, c, ws, cs, sink, out, lse, workspace_on_out));
 
   SparseAttentionOptions bad_scale; bad_scale.softmax_scale = 0.0f;
   expect_error("options", call_with(q, w, c, ws, cs, sink, out, lse, bad_scale));

@@ -220,7 +220,13 @@ TEST(TopkRef, Errors) {
   EXPECT_EQ(argument_of([](TopkRows&, V&, T&, T&, T&, int& epp) { epp = 0; }), "entries_per_page");
   EXPECT_EQ(argument_of([](TopkRows&, V&, T&, T&, T&, int& epp) { epp = 2; }), "page_table");  // 10 needs 5 pages
   EXPECT_EQ(argument_of([](TopkRows& r, V&, T&, T&, T&, int&) { r.query_start[2] = 1; }), "query_start");
+  // Outputs over what the call reads, or over each other.
+  EXPECT_EQ(argument_of([](TopkRows&, V&, T& s, T& i, T&, int&) { i.data = s.data; }), "indices");
+  EXPECT_EQ(argument_of([](TopkRows&, V& v, T&, T&, T& sl, int&) { sl.data = v.page_table.data; }), "slots");
+  EXPECT_EQ(argument_of([](TopkRows&, V&, T&, T& i, T& sl, int&) { sl.data = static_cast<std::int32_t*>(i.data) + 2; }),
+            "indices");
   for (std::int32_t x : indices) EXPECT_EQ(x, -99) << "output touched on error";
+  for (std::int32_t x : slots) EXPECT_EQ(x, -99) << "output touched on error";
   // Without slots the page table is not read, so a wild one is fine.
   TopkRows r = rows;
   for (auto& p : r.page_table) p = -5;
