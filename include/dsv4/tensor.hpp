@@ -68,11 +68,13 @@ class Tensor {
   template <class T> T* data_as() const { return static_cast<T*>(view_.data); }
   const TensorView& view() const { return view_; }
 
+  // Each of these throws Error("tensor") on a Tensor without storage (default-constructed).
   Tensor to(Device device) const;        // copy to a device (or the host)
   void copy_from(const TensorView& src);  // same dtype and numel; any devices (else Error("src"))
   void fill_bytes(std::uint8_t byte);     // e.g. poisoning before a test
 
  private:
+  void require_storage() const;
   std::shared_ptr<void> storage_;
   TensorView view_;
 };

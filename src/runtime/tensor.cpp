@@ -130,13 +130,19 @@ Tensor Tensor::from_host(DType dtype, Shape shape, const void* bytes, Device dev
   return t;
 }
 
+void Tensor::require_storage() const {
+  require(defined(), "tensor", "has no storage (a default-constructed Tensor holds no element to read or write)");
+}
+
 Tensor Tensor::to(Device device) const {
+  require_storage();
   Tensor t = empty(dtype(), shape(), device);
   copy_bytes(t.data(), device, data(), this->device(), nbytes());
   return t;
 }
 
 void Tensor::copy_from(const TensorView& src) {
+  require_storage();
   check_extents(src.shape, src.dtype, "src");
   require(src.dtype == dtype() && src.numel() == numel(), "src",
           "copy needs the same dtype and element count");
@@ -145,6 +151,7 @@ void Tensor::copy_from(const TensorView& src) {
 }
 
 void Tensor::fill_bytes(std::uint8_t byte) {
+  require_storage();
   if (device() == Device::CPU) {
     std::memset(data(), byte, nbytes());
     return;

@@ -68,6 +68,15 @@ TEST(ApiValidation, TensorCopiesRefuseNullAndNegativeSources) {
   // {−1, −2} has "2 elements" as a product: the copy used to read 8 bytes through it.
   expect_error("src", [&] { t.copy_from(TensorView{data.data(), DType::F32, {-1, -2}}); });
   EXPECT_EQ(bytes_of(std::vector<float>(t.data_as<float>(), t.data_as<float>() + 2)), before);
+  // A default-constructed Tensor has one element's shape and no storage: it used to be read or
+  // written through a null pointer.
+  Tensor none;
+  expect_error("tensor", [&] { none.to(Device::CPU); });
+  expect_error("tensor", [&] { none.fill_bytes(0); });
+  expect_error("tensor", [&] { none.copy_from(TensorView{data.data(), DType::F32, {}}); });
+  Tensor scalar = Tensor::empty(DType::F32, {});
+  scalar.copy_from(TensorView{data.data(), DType::F32, {}});  // a scalar with storage is fine
+  EXPECT_EQ(scalar.to(Device::CPU).data_as<float>()[0], data[0]);
 }
 
 TEST(ApiValidation, SparseAttentionRefusesANegativeRowCount) {
