@@ -168,6 +168,8 @@ TEST(IndexerScoresRef, ErrorsNameTheArgumentAndWriteNothing) {
   expect_error(fresh(), [](B&, Q& q, K&, R&, TensorView&) { q.scales.dtype = DType::U8; }, "q.scales");
   expect_error(fresh(), [](B&, Q&, K& k, R&, TensorView&) { k.pages.shape[1] -= 4; }, "keys.pages");
   expect_error(fresh(), [](B&, Q&, K& k, R&, TensorView&) { k.entries_per_page = 0; }, "keys.entries_per_page");
+  expect_error(fresh(), [](B&, Q&, K& k, R&, TensorView&) { k.format.format = static_cast<IndexerKeyFormat>(7); },
+               "keys.format");
   expect_error(fresh(), [](B&, Q&, K&, R&, TensorView& out) { out.shape = {2, 12}; }, "scores");
   expect_error(fresh(), [](B& b, Q&, K&, R&, TensorView&) { b.query_start[0] = 1; }, "query_start");
   expect_error(fresh(), [](B& b, Q&, K&, R&, TensorView&) { b.query_start[1] = 3; b.query_start[2] = 2; },
@@ -263,6 +265,9 @@ TEST(QueryPrepRef, Errors) {
   EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP4, 2, 4, 48); }), "dim");
   EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP8, -1, 4, 128); }), "rows");
   EXPECT_EQ(argument_of([&] { IndexerQuery::empty(IndexerKeyFormat::FP8, 2, 0, 128); }), "heads");
+  const auto unknown = static_cast<IndexerKeyFormat>(7);  // an integer cast to the enum
+  EXPECT_EQ(argument_of([&] { IndexerQuery::empty(unknown, 2, 4, 128); }), "format");
+  EXPECT_EQ(argument_of([&] { call({2, 512}, {2, 32}, unknown, out); }), "format");
 }
 
 // The remaining arguments of the query preparation, each alone on valid inputs; the prepared
