@@ -1,6 +1,7 @@
 // src/ops/compress.cpp — validation, planning and backend dispatch of the compressor operations
 // (compress, rollback, fork_prefix). Everything is checked on the host before any byte changes.
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -146,6 +147,24 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
   if (given(outputs.entry_ids)) check_tensor(outputs.entry_ids, "outputs.entry_ids", DType::I32, {events}, device);
   if (given(outputs.positions)) check_tensor(outputs.positions, "outputs.positions", DType::I32, {events}, device);
   if (given(outputs.cache_slots)) check_tensor(outputs.cache_slots, "outputs.cache_slots", DType::I32, {events}, device);
+  // The outputs share no byte with what the step reads or writes besides them, nor with each other.
+  const auto bytes_of_rows = [](const MatrixF32View& m) {  // the strided view's whole span
+    return TensorView{const_cast<float*>(m.data), DType::F32, {m.rows > 0 ? (m.rows - 1) * m.row_stride + m.cols : 0}, m.device};
+  };
+  const TensorView kv_bytes = bytes_of_rows(kv), score_bytes = bytes_of_rows(score);
+  const NamedView output_views[] = {{outputs.compressed, "outputs.compressed"},
+                                    {outputs.entry_ids, "outputs.entry_ids"},
+                                    {outputs.positions, "outputs.positions"},
+                                    {outputs.cache_slots, "outputs.cache_slots"}};
+  for (std::size_t i = 0; i < std::size(output_views); ++i) {
+    check_disjoint(output_views[i], {{kv_bytes, "kv"},
+                                     {score_bytes, "score"},
+                                     {weights.ape, "ape"},
+                                     {weights.norm, "norm"},
+                                     {pool.storage().view(), "pool"},
+                                     {cache.storage().view(), "cache"}});
+    for (std::size_t j = i + 1; j < std::size(output_views); ++j) check_disjoint(output_views[i], {output_views[j]});
+  }
   return plan;
 }
 

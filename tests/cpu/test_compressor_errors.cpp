@@ -178,6 +178,18 @@ TEST_F(CompressErrors, Outputs) {
   expect_refused("outputs.entry_ids", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, ids_wrong_dtype.view(), {}, {}}); });
   expect_refused("outputs.positions", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, {}, positions_wrong.view(), {}}); });
   expect_refused("outputs.cache_slots", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, {}, {}, rows_wrong.view()}); });
+  // Outputs over what the step reads (the rows, the weights), writes besides them (the cache), or over
+  // each other; the rows read must stay as they were.
+  const std::vector<float> kv_before = kv;
+  const TensorView on_kv{kv.data() + spec.row_width(), DType::F32, {events, spec.width}};  // inside the second row on
+  expect_refused("outputs.compressed", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {on_kv, {}, {}, {}}); });
+  EXPECT_EQ(kv, kv_before);
+  const TensorView on_norm{cw().norm.data, DType::I32, {events}};
+  expect_refused("outputs.positions", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, {}, on_norm, {}}); });
+  const TensorView on_cache{cache.storage().data(), DType::I32, {events}};
+  expect_refused("outputs.cache_slots", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, {}, {}, on_cache}); });
+  Tensor ids = Tensor::zeros(DType::I32, {events});
+  expect_refused("outputs.entry_ids", [&] { compress(spec, cw(), batch(), kv_view(), score_view(), pool, cache, {{}, ids.view(), ids.view(), {}}); });
 }
 
 TEST_F(CompressErrors, PoolCacheAndSpecMismatches) {
