@@ -10,6 +10,7 @@
 #include "dsv4/compressor.hpp"
 #include "dsv4/error.hpp"
 #include "ops/compress_args.hpp"
+#include "ops/compress_rollback.hpp"
 #include "ref/compressor_ref.hpp"
 #include "runtime/compressor_state_access.hpp"
 
@@ -219,8 +220,8 @@ void compress(const CompressorSpec& spec, const CompressorWeights& weights, cons
 
 // ---- rollback and fork -----------------------------------------------------------------------------
 
-void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& cache,
-              std::span<const std::int32_t> page_table, [[maybe_unused]] void* stream) {
+std::vector<std::int64_t> detail::checked_rollback(const CompressorStatePool& pool, int slot, std::int64_t n,
+                                                   const PagedCache& cache, std::span<const std::int32_t> page_table) {
   const CompressorSpec& spec = pool.spec();
   check_pool_and_cache(spec, pool, cache);
   pool.check_allocated(slot, "slot");
@@ -231,7 +232,7 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
               std::to_string(pool.rollback_floor(slot)) + ", the oldest state slot " + std::to_string(slot) +
               " still holds (at most " + std::to_string(spec.max_rollback) +
               " tokens below its highest count, never before a fork point)");
-  // Entries completed by the dropped tokens: validate every page first, then clear.
+  // The cache slots of the entries completed by the dropped tokens, every page validated.
   const auto [first, end] = completed_entries(spec, tokens - n, n);
   const int per_page = cache.entries_per_page();
   std::vector<std::int64_t> slots;
@@ -239,6 +240,12 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
     const std::int32_t physical = checked_physical_page(cache, page_table, e / per_page, "page_table");
     slots.push_back(static_cast<std::int64_t>(physical) * per_page + e % per_page);
   }
+  return slots;
+}
+
+void detail::apply_rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& cache,
+                            const std::vector<std::int64_t>& slots, [[maybe_unused]] void* stream) {
+  const int per_page = cache.entries_per_page();
   if (!slots.empty() && cache.device() == Device::CUDA) {
 #if defined(DSV4_WITH_CUDA)
     cuda::clear_entries(cache.layout(), cache.storage().data_as<std::uint8_t>(), cache.page_bytes(), per_page, slots,
@@ -251,7 +258,12 @@ void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& c
       cache.layout().clear(cache.page_data(static_cast<int>(s / per_page)), static_cast<int>(s % per_page), per_page);
     }
   }
-  CompressorStateAccess::rewind(pool, slot, tokens - n);
+  CompressorStateAccess::rewind(pool, slot, pool.tokens(slot) - n);
+}
+
+void rollback(CompressorStatePool& pool, int slot, std::int64_t n, PagedCache& cache,
+              std::span<const std::int32_t> page_table, void* stream) {
+  detail::apply_rollback(pool, slot, n, cache, detail::checked_rollback(pool, slot, n, cache, page_table), stream);
 }
 
 void fork_prefix(CompressorStatePool& pool, int src_slot, int dst_slot, std::int64_t prefix_tokens,

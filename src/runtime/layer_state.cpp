@@ -5,8 +5,10 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "dsv4/error.hpp"
+#include "ops/compress_rollback.hpp"
 #include "runtime/layer_state_impl.hpp"
 #include "runtime/ring_limits.hpp"
 
@@ -215,9 +217,15 @@ void AttentionLayer::rollback(int request, std::int64_t n) {
               std::to_string(n));
   if (n == 0) return;
   // The window ring keeps max_rollback tokens beyond the window, so nothing of it needs undoing:
-  // the dropped tokens' slots are rewritten before any later query can reach them.
-  if (m.compressor_spec) dsv4::rollback(m.compressor_pool, s.compressor_slot, n, m.compressed, s.page_table);
-  if (m.indexer_spec) dsv4::rollback(m.indexer_pool, s.indexer_slot, n, m.indexer_keys, s.page_table);
+  // the dropped tokens' slots are rewritten before any later query can reach them. Both compressors'
+  // rollbacks are checked before either changes anything.
+  std::vector<std::int64_t> compressor_entries, indexer_entries;
+  if (m.compressor_spec)
+    compressor_entries = detail::checked_rollback(m.compressor_pool, s.compressor_slot, n, m.compressed, s.page_table);
+  if (m.indexer_spec)
+    indexer_entries = detail::checked_rollback(m.indexer_pool, s.indexer_slot, n, m.indexer_keys, s.page_table);
+  if (m.compressor_spec) detail::apply_rollback(m.compressor_pool, s.compressor_slot, n, m.compressed, compressor_entries);
+  if (m.indexer_spec) detail::apply_rollback(m.indexer_pool, s.indexer_slot, n, m.indexer_keys, indexer_entries);
   s.tokens -= n;
 }
 
