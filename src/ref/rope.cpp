@@ -51,10 +51,12 @@ void apply_yarn(std::vector<float>& f, const RopeConfig& c) {
 RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
   require(config.rope_dim > 0 && config.rope_dim % 2 == 0, "rope",
           "rope_dim must be a positive even number, got " + std::to_string(config.rope_dim));
-  require(config.base > 1.0, "rope", "base must be > 1");
+  require(std::isfinite(config.base) && config.base > 1.0, "rope", "base must be finite and > 1");
   if (config.yarn) {
-    require(config.factor > 0 && config.original_max_positions > 0 && config.beta_fast > 0 && config.beta_slow > 0,
-            "rope", "YaRN factor, original_max_position_embeddings, beta_fast and beta_slow must be positive");
+    const bool finite = std::isfinite(config.factor) && std::isfinite(config.beta_fast) && std::isfinite(config.beta_slow);
+    require(finite && config.factor > 0 && config.original_max_positions > 0 && config.beta_fast > 0 &&
+                config.beta_slow > 0,
+            "rope", "YaRN factor, original_max_position_embeddings, beta_fast and beta_slow must be finite and positive");
   }
   frequencies_ = plain_frequencies(config.base, config.rope_dim);
   if (config.yarn) apply_yarn(frequencies_, config);

@@ -1,10 +1,12 @@
 // src/runtime/compressor_state.cpp — the compressor spec, per-request state pools and the cache
 // factory (host side; the math is in src/ref, the dispatch in src/ops).
+#include <cmath>
 #include <limits>
 #include <string>
 
 #include "dsv4/compressor.hpp"
 #include "dsv4/error.hpp"
+#include "dsv4/rope.hpp"
 #include "runtime/compressor_state_access.hpp"
 #include "runtime/ring_limits.hpp"
 
@@ -52,7 +54,8 @@ void validate_compressor_spec(const CompressorSpec& spec) {
     require((spec.width & (spec.width - 1)) == 0, "width",
             "the indexer's Walsh–Hadamard transform needs a power-of-two width, got " + std::to_string(spec.width));
   }
-  require(spec.eps >= 0, "eps", "RMSNorm eps must be non-negative");
+  require(std::isfinite(spec.eps) && spec.eps >= 0, "eps", "RMSNorm eps must be finite and non-negative");
+  RopeTable{spec.rope};  // its base and YaRN fields (Error("rope")), before any state or cache is made or written
   // Positions are reported as int32 (CompressOutputs::positions).
   require(spec.max_positions > 0 && spec.max_positions - 1 <= std::numeric_limits<std::int32_t>::max(),
           "max_positions", "must be in [1, 2^31], got " + std::to_string(spec.max_positions));

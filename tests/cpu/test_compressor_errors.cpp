@@ -225,6 +225,14 @@ TEST_F(CompressErrors, PoolCacheAndSpecMismatches) {
   CompressorSpec negative_eps = spec;
   negative_eps.eps = -1e-6;
   testing::expect_error("eps", [&] { make_compressed_cache(negative_eps, 8, 4); });
+  // A RoPE base or an eps that no model has: refused by the spec's checks, before the step writes.
+  bad = spec;
+  bad.rope.base = 0.5;
+  expect_refused("rope", [&] { compress(bad, cw(), batch(), kv_view(), score_view(), pool, cache); });
+  testing::expect_error("rope", [&] { CompressorStatePool(bad, 2); });
+  bad = spec;
+  bad.eps = std::numeric_limits<double>::infinity();
+  expect_refused("eps", [&] { compress(bad, cw(), batch(), kv_view(), score_view(), pool, cache); });
 }
 
 // The pool's own entry points: slots outside the pool or not allocated, and a full pool.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -107,10 +108,17 @@ TEST(Rope, Errors) {
   RopeConfig low_base;
   low_base.base = 1.0;
   testing::expect_error("rope", [&] { RopeTable{low_base}; });
+  RopeConfig infinite_base;
+  infinite_base.base = std::numeric_limits<double>::infinity();  // every frequency but the first would be 0
+  testing::expect_error("rope", [&] { RopeTable{infinite_base}; });
   RopeConfig bad_yarn;
   bad_yarn.yarn = true;
   bad_yarn.original_max_positions = 0;
   testing::expect_error("rope", [&] { RopeTable{bad_yarn}; });
+  RopeConfig infinite_factor;
+  infinite_factor.yarn = true;
+  infinite_factor.factor = std::numeric_limits<double>::infinity();
+  testing::expect_error("rope", [&] { RopeTable{infinite_factor}; });
   const RopeTable table{RopeConfig{}};
   std::vector<float> x(32, 1.0f);
   try {
