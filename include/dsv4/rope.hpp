@@ -13,6 +13,10 @@
 
 namespace dsv4 {
 
+// Throws Error("rope") unless rope_dim is positive and even, the base finite and > 1, and (with YaRN)
+// the factor, original_max_position_embeddings and betas finite and positive. RopeTable checks it.
+void validate_rope_config(const RopeConfig& config);
+
 class RopeTable {
  public:
   // Builds the r/2 frequencies of `config` (YaRN when config.yarn). Throws Error("rope", ...) when

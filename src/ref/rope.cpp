@@ -48,7 +48,7 @@ void apply_yarn(std::vector<float>& f, const RopeConfig& c) {
 
 }  // namespace
 
-RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
+void validate_rope_config(const RopeConfig& config) {
   require(config.rope_dim > 0 && config.rope_dim % 2 == 0, "rope",
           "rope_dim must be a positive even number, got " + std::to_string(config.rope_dim));
   require(std::isfinite(config.base) && config.base > 1.0, "rope", "base must be finite and > 1");
@@ -58,6 +58,10 @@ RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
                 config.beta_slow > 0,
             "rope", "YaRN factor, original_max_position_embeddings, beta_fast and beta_slow must be finite and positive");
   }
+}
+
+RopeTable::RopeTable(const RopeConfig& config) : config_(config) {
+  validate_rope_config(config);
   frequencies_ = plain_frequencies(config.base, config.rope_dim);
   if (config.yarn) apply_yarn(frequencies_, config);
 }

@@ -55,7 +55,7 @@ void validate_compressor_spec(const CompressorSpec& spec) {
             "the indexer's Walsh–Hadamard transform needs a power-of-two width, got " + std::to_string(spec.width));
   }
   require(std::isfinite(spec.eps) && spec.eps >= 0, "eps", "RMSNorm eps must be finite and non-negative");
-  RopeTable{spec.rope};  // its base and YaRN fields (Error("rope")), before any state or cache is made or written
+  validate_rope_config(spec.rope);  // its base and YaRN fields, before any state or cache is made or written
   // Positions are reported as int32 (CompressOutputs::positions).
   require(spec.max_positions > 0 && spec.max_positions - 1 <= std::numeric_limits<std::int32_t>::max(),
           "max_positions", "must be in [1, 2^31], got " + std::to_string(spec.max_positions));
