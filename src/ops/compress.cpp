@@ -2,6 +2,7 @@
 // (compress, rollback, fork_prefix). Everything is checked on the host before any byte changes.
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -52,6 +53,10 @@ void check_rows(const MatrixF32View& view, const std::string& name, std::int64_t
           "expected shape [" + std::to_string(rows) + ", " + std::to_string(cols) + "], got [" +
               std::to_string(view.rows) + ", " + std::to_string(view.cols) + "]");
   require(view.row_stride >= view.cols, name, "row stride " + std::to_string(view.row_stride) + " is below the width");
+  // The rows' span in bytes, (rows − 1)·stride + cols floats, must be countable (addresses are computed from it).
+  constexpr std::int64_t kMaxFloats = std::numeric_limits<std::int64_t>::max() / 4;
+  require(rows <= 1 || view.row_stride <= (kMaxFloats - view.cols) / (rows - 1), name,
+          "row stride " + std::to_string(view.row_stride) + " makes the rows' span overflow");
   require(view.data != nullptr || rows == 0, name, "null data pointer");
 }
 

@@ -81,6 +81,9 @@ TEST_F(CompressErrors, RowsShapesDtypesDevicesStrides) {
   expect_refused("kv", [&] { compress(spec, cw(), batch(), {kv.data(), 12, w, w - 1, Device::CPU}, score_view(), pool, cache); });
   expect_refused("kv", [&] { compress(spec, cw(), batch(), {kv.data(), 12, w, w, Device::CUDA}, score_view(), pool, cache); });
   expect_refused("kv", [&] { compress(spec, cw(), batch(), {nullptr, 12, w, w, Device::CPU}, score_view(), pool, cache); });
+  // A stride whose 12 rows span more bytes than int64 counts (addresses and checks would wrap).
+  const std::int64_t huge_stride = std::numeric_limits<std::int64_t>::max() / 16;
+  expect_refused("score", [&] { compress(spec, cw(), batch(), kv_view(), {score.data(), 12, w, huge_stride, Device::CPU}, pool, cache); });
   std::vector<std::int32_t> ints(static_cast<std::size_t>(12 * w));
   expect_refused("kv", [&] { MatrixF32View::of(TensorView{ints.data(), DType::I32, {12, w}, Device::CPU}, "kv"); });
   expect_refused("kv", [&] { MatrixF32View::of(TensorView{kv.data(), DType::F32, {12, w, 1}, Device::CPU}, "kv"); });
