@@ -52,7 +52,8 @@ void check_disjoint(const NamedView& output, std::initializer_list<NamedView> ot
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialized contiguous storage on `device`. Error("shape") for a negative or overflowing extent.
+  // Uninitialized contiguous storage on `device`. Error("shape") for a negative or overflowing extent,
+  // Error("dtype") for a dtype outside the enum.
   static Tensor empty(DType dtype, Shape shape, Device device = Device::CPU);
   static Tensor zeros(DType dtype, Shape shape, Device device = Device::CPU);
   // A copy of host data (`bytes` must hold the tensor's byte size; Error("bytes") when null).

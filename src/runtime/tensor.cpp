@@ -106,6 +106,8 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 }  // namespace
 
 Tensor Tensor::empty(DType dtype, Shape shape, Device device) {
+  // A DType outside the enum (a cast integer) has no size: its storage would hold no byte.
+  require(dtype_size(dtype) > 0, "dtype", "unknown dtype " + std::to_string(static_cast<int>(dtype)));
   check_extents(shape, dtype, "shape");
   Tensor t;
   t.view_.dtype = dtype;

@@ -55,6 +55,9 @@ TEST(ApiValidation, TensorsWithNegativeOrOverflowingExtentsAreRefused) {
   }
   Tensor empty = Tensor::empty(DType::F32, {0, kHuge});  // zero elements: nothing to overflow
   EXPECT_EQ(empty.nbytes(), 0u);
+  // An integer cast to DType has no size: 4 elements would have had 0 bytes of storage.
+  expect_error("dtype", [&] { Tensor::empty(static_cast<DType>(99), {4}); });
+  expect_error("dtype", [&] { Tensor::from_host(static_cast<DType>(99), {2}, data.data()); });
 }
 
 TEST(ApiValidation, TensorCopiesRefuseNullAndNegativeSources) {
