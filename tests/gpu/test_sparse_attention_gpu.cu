@@ -798,6 +798,16 @@ TEST_F(SparseAttentionGpu, ArgumentErrors) {
     sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws_wide.view(), cs_wide.view(),
                      sink.view(), out.view(), lse.view(), options);
   });
+  // Device outputs over device inputs: in-place attention over q, and a workspace over the output.
+  expect_error("out", [&] {
+    sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws.view(), cs.view(), sink.view(),
+                     q.view(), lse.view());
+  });
+  options.workspace = TensorView{out.data(), DType::U8, {static_cast<std::int64_t>(out.nbytes())}, Device::CUDA};
+  expect_error("out", [&] {
+    sparse_attention(q.view(), window.device_view(), compressed.device_view(), ws_wide.view(), cs_wide.view(),
+                     sink.view(), out.view(), lse.view(), options);
+  });
 }
 
 // ---- the reduced set for compute-sanitizer ---------------------------------------------------------
