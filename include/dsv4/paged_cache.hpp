@@ -21,6 +21,9 @@ namespace dsv4 {
 // What one entry holds: the 584-byte FP8 attention entry (§5.1) or an indexer key (§5.2).
 enum class EntryKind { Attention, IndexerFP8, IndexerFP4 };
 
+// Throws Error(name) for a format outside IndexerKeyFormat (an integer cast to it), which would pick no layout.
+void validate_indexer_key_format(IndexerKeyFormat format, const std::string& name);
+
 const char* entry_kind_name(EntryKind kind);  // "attention", "indexer-fp8", "indexer-fp4"
 
 // The byte layout of one entry kind at a given width; every offset comes from cache_format.hpp.

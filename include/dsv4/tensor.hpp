@@ -39,7 +39,8 @@ struct TensorView {
 void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
                   Device device);
 
-// An output view and the views a call reads (or writes besides it), each with its argument name.
+// An output view and the views a call reads (or writes besides it), each with its argument name: for
+// argument lists only (it holds a reference to the view).
 struct NamedView {
   const TensorView& view;
   const char* name;

@@ -7,6 +7,7 @@
 
 #include "dsv4/error.hpp"
 #include "dsv4/indexer.hpp"
+#include "dsv4/paged_cache.hpp"
 #include "ops/indexer_rows.hpp"
 #include "ref/indexer_ref.hpp"
 #if defined(DSV4_WITH_CUDA)
@@ -115,12 +116,6 @@ void check_query_tensors(const IndexerQueryView& q, IndexerKeyFormat format, std
   check_tensor(q.weights, prefix + "weights", DType::F32, {rows, heads}, device);
 }
 
-// A format outside the enum (a cast integer) would pick no layout.
-void check_format(IndexerKeyFormat format, const std::string& name) {
-  require(format == IndexerKeyFormat::FP8 || format == IndexerKeyFormat::FP4, name,
-          "unknown indexer key format " + std::to_string(static_cast<int>(format)));
-}
-
 void check_dim(IndexerKeyFormat format, int dim, const std::string& name) {
   require(dim >= 1, name, "d_I must be positive, got " + std::to_string(dim));
   if (format == IndexerKeyFormat::FP4)
@@ -135,7 +130,7 @@ void check_dim(IndexerKeyFormat format, int dim, const std::string& name) {
 }  // namespace
 
 IndexerQuery IndexerQuery::empty(IndexerKeyFormat format, std::int64_t rows, int heads, int dim, Device device) {
-  check_format(format, "format");
+  validate_indexer_key_format(format, "format");
   check_dim(format, dim, "dim");
   require(heads >= 1, "heads", "must be positive");
   require(rows >= 0, "rows", "must be non-negative, got " + std::to_string(rows));
@@ -150,7 +145,7 @@ void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_lo
                              const TensorView& rope_sin, IndexerKeyFormat format, const IndexerQueryView& out,
                              const IndexerOptions& options) {
   const Device device = q_rows.device;
-  check_format(format, "format");
+  validate_indexer_key_format(format, "format");
   check_tensor(q_rows, "q_rows", DType::F32, {-1, -1}, device);
   const std::int64_t rows = q_rows.dim(0);
   check_tensor(head_logits, "head_logits", DType::F32, {rows, -1}, device);
@@ -211,7 +206,7 @@ void indexer_scores(const IndexerQueryView& q, const IndexerKeyCacheView& keys, 
                     const TensorView& scores, const IndexerOptions& options) {
   const Device device = q.codes.device;
   const IndexerEntryFormat format = keys.format;
-  check_format(format.format, "keys.format");
+  validate_indexer_key_format(format.format, "keys.format");
   check_dim(format.format, format.dim, "keys.format");
   require(keys.entries_per_page >= 1, "keys.entries_per_page",
           "must be positive, got " + std::to_string(keys.entries_per_page));

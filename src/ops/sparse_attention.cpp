@@ -174,6 +174,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
   require(options.output_parts == 0 || options.output_parts == 1 || options.output_parts == 2 ||
               options.output_parts == 4,
           "options", "output_parts must be 0 (automatic), 1, 2 or 4, got " + std::to_string(options.output_parts));
+  if (given(options.workspace)) check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
   for (const NamedView& output : {NamedView{out, "out"}, NamedView{lse, "lse"}, NamedView{options.workspace, "workspace"}})
     check_disjoint(output, {{q, "q"},
                             {window_cache.pages, "window_cache"},
@@ -225,7 +226,6 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
   if (given(options.workspace)) {
     const std::size_t needed = sparse_attention_workspace_bytes(
         rows, heads, window_slots.dim(1) + compressed_slots.dim(1), options.split_candidates);
-    check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
     require(options.workspace.nbytes() >= needed, "workspace",
             "holds " + std::to_string(options.workspace.nbytes()) + " bytes, the call needs " + std::to_string(needed));
     require(aligned16(options.workspace.data), "workspace", "must be 16-byte aligned on CUDA (16-byte partial stores)");

@@ -53,7 +53,8 @@ void validate_rope_config(const RopeConfig& config) {
           "rope_dim must be a positive even number, got " + std::to_string(config.rope_dim));
   require(std::isfinite(config.base) && config.base > 1.0, "rope", "base must be finite and > 1");
   if (config.yarn) {
-    const bool finite = std::isfinite(config.factor) && std::isfinite(config.beta_fast) && std::isfinite(config.beta_slow);
+    const bool finite = std::isfinite(config.factor) && std::isfinite(config.original_max_positions) &&
+                        std::isfinite(config.beta_fast) && std::isfinite(config.beta_slow);
     require(finite && config.factor > 0 && config.original_max_positions > 0 && config.beta_fast > 0 &&
                 config.beta_slow > 0,
             "rope", "YaRN factor, original_max_position_embeddings, beta_fast and beta_slow must be finite and positive");

@@ -24,6 +24,7 @@ CompressorSpec CompressorSpec::for_layer(const ModelConfig& model, int layer, bo
   require(!(online && lc.overlap), "online",
           "layer " + std::to_string(layer) + " (ratio " + std::to_string(lc.ratio) +
               ") uses overlapping blocks; the online variant needs a compressor without overlap");
+  if (indexer) validate_indexer_key_format(indexer_format, "indexer_format");
   CompressorSpec spec;
   spec.ratio = lc.ratio;
   spec.overlap = lc.overlap;

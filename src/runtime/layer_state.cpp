@@ -20,6 +20,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 void validate_options(const ModelConfig& model, const LayerOptions& o) {
   require(o.max_requests >= 1, "max_requests", "must be at least 1, got " + std::to_string(o.max_requests));
+  validate_indexer_key_format(o.indexer_format, "indexer_format");
   require(o.max_tokens >= 1 && o.max_tokens <= model.max_positions, "max_tokens",
           "must be in [1, max_position_embeddings = " + std::to_string(model.max_positions) + "], got " +
               std::to_string(o.max_tokens));

@@ -26,6 +26,11 @@ IndexerEntryFormat indexer_format(const EntryLayout& layout) {
 }
 }  // namespace
 
+void validate_indexer_key_format(IndexerKeyFormat format, const std::string& name) {
+  require(format == IndexerKeyFormat::FP8 || format == IndexerKeyFormat::FP4, name,
+          "unknown indexer key format " + std::to_string(static_cast<int>(format)));
+}
+
 void EntryLayout::validate(const std::string& argument) const {
   switch (kind) {
     case EntryKind::Attention:

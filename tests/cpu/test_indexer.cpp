@@ -183,10 +183,9 @@ TEST(IndexerScoresRef, ErrorsNameTheArgumentAndWriteNothing) {
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.page_table.shape = {2, 1}; }, "page_table");
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.visible.dtype = DType::I64; }, "visible");
   expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView&) { r.query_start.device = Device::CUDA; }, "query_start");
-  // Scores written over what the call reads: the query weights, the keys, the visible counts.
-  expect_error(fresh(), [](B&, Q& q, K&, R&, TensorView& out) { out.data = q.weights.data; }, "scores");
+  // Scores written over what the call reads (inside the query codes, inside the keys).
+  expect_error(fresh(), [](B&, Q& q, K&, R&, TensorView& out) { out.data = q.codes.data; }, "scores");
   expect_error(fresh(), [](B&, Q&, K& k, R&, TensorView& out) { out.data = k.pages.data; }, "scores");
-  expect_error(fresh(), [](B&, Q&, K&, R& r, TensorView& out) { out.data = r.visible.data; }, "scores");
 }
 
 // ---- query preparation -----------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 
+#include "dsv4/compressor.hpp"
 #include "dsv4/formats.hpp"
 #include "dsv4/layer.hpp"
 #include "testing/testing.hpp"
@@ -470,6 +471,10 @@ TEST(Layer, ConstructionChecksWeightsAndOptions) {
   options = {};
   options.threads = 0;
   expect_error("threads", [&] { AttentionLayer{tiny(), w, options}; });
+  options = {};
+  options.indexer_format = static_cast<IndexerKeyFormat>(7);  // refused here, not in the middle of a step
+  expect_error("indexer_format", [&] { AttentionLayer{tiny(), w, options}; });
+  expect_error("indexer_format", [&] { CompressorSpec::for_layer(tiny(), 1, true, static_cast<IndexerKeyFormat>(7)); });
 
   AttentionLayer layer(tiny(), w);
   const int r = layer.open_request();

@@ -115,10 +115,16 @@ TEST(Rope, Errors) {
   bad_yarn.yarn = true;
   bad_yarn.original_max_positions = 0;
   testing::expect_error("rope", [&] { RopeTable{bad_yarn}; });
-  RopeConfig infinite_factor;
-  infinite_factor.yarn = true;
+  RopeConfig yarn;  // valid but for the one field each case below breaks
+  yarn.yarn = true;
+  yarn.original_max_positions = 65536;
+  EXPECT_NO_THROW(RopeTable{yarn});
+  RopeConfig infinite_factor = yarn;
   infinite_factor.factor = std::numeric_limits<double>::infinity();
   testing::expect_error("rope", [&] { RopeTable{infinite_factor}; });
+  RopeConfig infinite_original = yarn;  // every frequency came out NaN
+  infinite_original.original_max_positions = std::numeric_limits<double>::infinity();
+  testing::expect_error("rope", [&] { RopeTable{infinite_original}; });
   const RopeTable table{RopeConfig{}};
   std::vector<float> x(32, 1.0f);
   try {

@@ -279,8 +279,12 @@ TEST(SparseAttentionReference, ArgumentErrorsNameTheArgumentAndWriteNothing) {
     expect_error("out", call_with(q, w, c, ws, cs, sink, out_on_q, lse));
     EXPECT_TRUE(std::equal(q_before.begin(), q_before.end(), q.as<const std::uint16_t>())) << "q written on error";
   }
-  TensorView lse_on_sink = lse; lse_on_sink.data = sink.data;  // [rows, heads] from the sink's first byte
-  expect_error("lse", call_with(q, w, c, ws, cs, sink, out, lse_on_sink));
+  TensorView lse_on_q = lse; lse_on_q.data = q.data;  // inside q's bytes
+  expect_error("lse", call_with(q, w, c, ws, cs, sink, out, lse_on_q));
+  TensorView workspace_wrong{out.data, DType::F32, {4}};
+  SparseAttentionOptions bad_workspace;
+  bad_workspace.workspace = workspace_wrong;  // checked (U8) before its overlap with out is
+  expect_error("workspace", call_with(q, w, c, ws, cs, sink, out, lse, bad_workspace));
   TensorView lse_in_out = lse; lse_in_out.data = out.data;
   expect_error("out", call_with(q, w, c, ws, cs, sink, out, lse_in_out));
   SparseAttentionOptions workspace_on_out;

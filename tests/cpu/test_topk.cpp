@@ -222,9 +222,8 @@ TEST(TopkRef, Errors) {
   EXPECT_EQ(argument_of([](TopkRows& r, V&, T&, T&, T&, int&) { r.query_start[2] = 1; }), "query_start");
   // Outputs over what the call reads, or over each other.
   EXPECT_EQ(argument_of([](TopkRows&, V&, T& s, T& i, T&, int&) { i.data = s.data; }), "indices");
-  EXPECT_EQ(argument_of([](TopkRows&, V& v, T&, T&, T& sl, int&) { sl.data = v.page_table.data; }), "slots");
-  EXPECT_EQ(argument_of([](TopkRows&, V&, T&, T& i, T& sl, int&) { sl.data = static_cast<std::int32_t*>(i.data) + 2; }),
-            "indices");
+  EXPECT_EQ(argument_of([](TopkRows&, V&, T& s, T&, T& sl, int&) { sl.data = static_cast<float*>(s.data) + 4; }), "slots");
+  EXPECT_EQ(argument_of([](TopkRows&, V&, T&, T& i, T& sl, int&) { sl.data = i.data; }), "indices");
   for (std::int32_t x : indices) EXPECT_EQ(x, -99) << "output touched on error";
   for (std::int32_t x : slots) EXPECT_EQ(x, -99) << "output touched on error";
   // Without slots the page table is not read, so a wild one is fine.
