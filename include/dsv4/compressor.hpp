@@ -184,7 +184,9 @@ std::int64_t count_compress_events(const CompressorSpec& spec, const CompressBat
 // shapes/dtypes/devices, that pool and cache were made for this spec, every request (slot
 // allocated and not repeated, prefix = the slot's token count, positions < max_positions, page
 // table entries of written pages in [1, num_pages), no physical page written by two requests),
-// kv/score [T, coff·c] with T = Σ new_tokens, and the optional outputs.
+// kv/score [T, coff·c] with T = Σ new_tokens, and the optional outputs — each sharing no byte with
+// another, the weights, the pool's state, the cache or the whole span of the kv and score rows (the
+// gaps of a strided view included).
 CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
                            const MatrixF32View& kv, const MatrixF32View& score, const CompressorStatePool& pool,
                            const PagedCache& cache, const CompressOutputs& outputs = {});
