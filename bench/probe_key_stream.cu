@@ -136,22 +136,19 @@ int main() {
   const auto time_keys = [&](auto kernel, const int* table_used) {
     return dsv4::bench::time_us([&](cudaStream_t s) { kernel<<<ctas, kThreads, 0, s>>>(pages, table_used, 0, sink); });
   };
+  using ReadKeys = void (*)(const std::uint8_t*, const int*, int, std::uint32_t*);
+  const struct {
+    ReadKeys kernel;
+    const char* what;
+  } variants[] = {{read_keys<1, false>, "1 step in flight"},         {read_keys<1, true>, "1 step in flight, first lines"},
+                  {read_keys<2, false>, "2 steps (as the kernel)"},  {read_keys<2, true>, "2 steps, first lines (kernel)"},
+                  {read_keys<4, false>, "4 steps in flight"},        {read_keys<4, true>, "4 steps in flight, first lines"}};
   for (const bool shuffle : {true, false}) {
-    const int* t = shuffle ? shuffled : in_order;
-    const char* order = shuffle ? "shuffled" : "in order";
-    char name[64];
-    std::snprintf(name, sizeof name, "pages %s, 1 step in flight", order);
-    report(name, time_keys(read_keys<1, false>, t));
-    std::snprintf(name, sizeof name, "pages %s, 1 step in flight, first lines", order);
-    report(name, time_keys(read_keys<1, true>, t));
-    std::snprintf(name, sizeof name, "pages %s, 2 steps (as the kernel)", order);
-    report(name, time_keys(read_keys<2, false>, t));
-    std::snprintf(name, sizeof name, "pages %s, 2 steps, first lines (kernel)", order);
-    report(name, time_keys(read_keys<2, true>, t));
-    std::snprintf(name, sizeof name, "pages %s, 4 steps in flight", order);
-    report(name, time_keys(read_keys<4, false>, t));
-    std::snprintf(name, sizeof name, "pages %s, 4 steps in flight, first lines", order);
-    report(name, time_keys(read_keys<4, true>, t));
+    for (const auto& v : variants) {
+      char name[64];
+      std::snprintf(name, sizeof name, "pages %s, %s", shuffle ? "shuffled" : "in order", v.what);
+      report(name, time_keys(v.kernel, shuffle ? shuffled : in_order));
+    }
   }
   int sms = 0;
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
