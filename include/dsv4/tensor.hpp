@@ -39,16 +39,16 @@ struct TensorView {
 void check_tensor(const TensorView& view, const std::string& name, DType dtype, const Shape& expected,
                   Device device);
 
-// An output view and the views a call reads (or writes besides it), each with its argument name: for
-// argument lists only (it holds a reference to the view).
+// A view with its argument name: for argument lists only (it holds a reference to the view).
 struct NamedView {
   const TensorView& view;
   const char* name;
 };
-// Throws Error(output.name, "overlaps <name>") when the bytes of `output` share any byte with one of
-// `others` on the same device (the call would read or write what it writes). Views of no bytes never
-// overlap.
-void check_disjoint(const NamedView& output, std::initializer_list<NamedView> others);
+// Throws Error(name of the output) when an output shares a byte with an input or with a later output
+// on the same device (the call would read what it writes, or write one byte twice). Outputs are
+// checked in order, each against the inputs, then against the outputs after it. Views of no bytes
+// never overlap.
+void check_disjoint(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs);
 
 class Tensor {
  public:

@@ -1,7 +1,6 @@
 // src/ops/compress.cpp — validation, planning and backend dispatch of the compressor operations
 // (compress, rollback, fork_prefix). Everything is checked on the host before any byte changes.
 #include <algorithm>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -158,19 +157,16 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
     return TensorView{const_cast<float*>(m.data), DType::F32, {m.rows > 0 ? (m.rows - 1) * m.row_stride + m.cols : 0}, m.device};
   };
   const TensorView kv_bytes = bytes_of_rows(kv), score_bytes = bytes_of_rows(score);
-  const NamedView output_views[] = {{outputs.compressed, "outputs.compressed"},
-                                    {outputs.entry_ids, "outputs.entry_ids"},
-                                    {outputs.positions, "outputs.positions"},
-                                    {outputs.cache_slots, "outputs.cache_slots"}};
-  for (std::size_t i = 0; i < std::size(output_views); ++i) {
-    check_disjoint(output_views[i], {{kv_bytes, "kv"},
-                                     {score_bytes, "score"},
-                                     {weights.ape, "ape"},
-                                     {weights.norm, "norm"},
-                                     {pool.storage().view(), "pool"},
-                                     {cache.storage().view(), "cache"}});
-    for (std::size_t j = i + 1; j < std::size(output_views); ++j) check_disjoint(output_views[i], {output_views[j]});
-  }
+  check_disjoint({{outputs.compressed, "outputs.compressed"},
+                  {outputs.entry_ids, "outputs.entry_ids"},
+                  {outputs.positions, "outputs.positions"},
+                  {outputs.cache_slots, "outputs.cache_slots"}},
+                 {{kv_bytes, "kv"},
+                  {score_bytes, "score"},
+                  {weights.ape, "ape"},
+                  {weights.norm, "norm"},
+                  {pool.storage().view(), "pool"},
+                  {cache.storage().view(), "cache"}});
   return plan;
 }
 

@@ -163,11 +163,8 @@ void prepare_indexer_queries(const TensorView& q_rows, const TensorView& head_lo
   require(2 * pairs <= dim, "rope_cos", "r = " + std::to_string(2 * pairs) + " exceeds d_I = " + std::to_string(dim));
   check_tensor(rope_sin, "rope_sin", DType::F32, {rows, pairs}, device);
   check_query_tensors(out, format, rows, heads, dim, device, "out.");
-  for (const NamedView& output :
-       {NamedView{out.codes, "out.codes"}, NamedView{out.scales, "out.scales"}, NamedView{out.weights, "out.weights"}})
-    check_disjoint(output, {{q_rows, "q_rows"}, {head_logits, "head_logits"}, {rope_cos, "rope_cos"}, {rope_sin, "rope_sin"}});
-  check_disjoint({out.codes, "out.codes"}, {{out.scales, "out.scales"}, {out.weights, "out.weights"}});
-  check_disjoint({out.scales, "out.scales"}, {{out.weights, "out.weights"}});
+  check_disjoint({{out.codes, "out.codes"}, {out.scales, "out.scales"}, {out.weights, "out.weights"}},
+                 {{q_rows, "q_rows"}, {head_logits, "head_logits"}, {rope_cos, "rope_cos"}, {rope_sin, "rope_sin"}});
   ref::IndexerQueryBuffers buffers;
   buffers.q_rows = q_rows.as<const float>();
   buffers.head_logits = head_logits.as<const float>();
@@ -221,7 +218,7 @@ void indexer_scores(const IndexerQueryView& q, const IndexerKeyCacheView& keys, 
   const std::int64_t num_cols = scores.dim(1);
   require(num_cols <= std::numeric_limits<std::int32_t>::max(), "scores", "too many columns");
   detail::check_indexer_row_shapes(rows, num_rows, device);
-  check_disjoint({scores, "scores"}, {{q.codes, "q.codes"},
+  check_disjoint({{scores, "scores"}}, {{q.codes, "q.codes"},
                                       {q.scales, "q.scales"},
                                       {q.weights, "q.weights"},
                                       {keys.pages, "keys.pages"},

@@ -175,17 +175,15 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
               options.output_parts == 4,
           "options", "output_parts must be 0 (automatic), 1, 2 or 4, got " + std::to_string(options.output_parts));
   if (given(options.workspace)) check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
-  for (const NamedView& output : {NamedView{out, "out"}, NamedView{lse, "lse"}, NamedView{options.workspace, "workspace"}})
-    check_disjoint(output, {{q, "q"},
-                            {window_cache.pages, "window_cache"},
-                            {compressed_cache.pages, "compressed_cache"},
-                            {window_slots, "window_slots"},
-                            {compressed_slots, "compressed_slots"},
-                            {attn_sink, "attn_sink"},
-                            {options.rope_cos, "rope_cos"},
-                            {options.rope_sin, "rope_sin"}});
-  check_disjoint({out, "out"}, {{lse, "lse"}, {options.workspace, "workspace"}});
-  check_disjoint({lse, "lse"}, {{options.workspace, "workspace"}});
+  check_disjoint({{out, "out"}, {lse, "lse"}, {options.workspace, "workspace"}},
+                 {{q, "q"},
+                  {window_cache.pages, "window_cache"},
+                  {compressed_cache.pages, "compressed_cache"},
+                  {window_slots, "window_slots"},
+                  {compressed_slots, "compressed_slots"},
+                  {attn_sink, "attn_sink"},
+                  {options.rope_cos, "rope_cos"},
+                  {options.rope_sin, "rope_sin"}});
 
   if (device == Device::CPU) {
     // ---- contents (host memory): slots and sink ----

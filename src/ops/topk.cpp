@@ -28,10 +28,9 @@ void indexer_topk(const TensorView& scores, const IndexerRowsView& rows, int ent
   const bool with_slots = detail::tensor_given(slots);
   if (with_slots) check_tensor(slots, "slots", DType::I32, {num_rows, k}, device);
   detail::check_indexer_row_shapes(rows, num_rows, device);
-  for (const NamedView& output : {NamedView{indices, "indices"}, NamedView{slots, "slots"}})
-    check_disjoint(output, {{scores, "scores"}, {rows.query_start, "query_start"}, {rows.visible, "visible"},
-                            {rows.page_table, "page_table"}});
-  check_disjoint({indices, "indices"}, {{slots, "slots"}});
+  check_disjoint({{indices, "indices"}, {slots, "slots"}},
+                 {{scores, "scores"}, {rows.query_start, "query_start"}, {rows.visible, "visible"},
+                  {rows.page_table, "page_table"}});
 
   if (device == Device::CPU) {
     // Without slots the page table is not read, so its contents need not be valid.

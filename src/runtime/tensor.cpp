@@ -46,14 +46,20 @@ void check_extents(const Shape& shape, DType dtype, const std::string& name) {
 }
 }  // namespace
 
-void check_disjoint(const NamedView& output, std::initializer_list<NamedView> others) {
-  const auto begin = [](const TensorView& v) { return reinterpret_cast<std::uintptr_t>(v.data); };
-  const std::size_t bytes = output.view.data != nullptr ? output.view.nbytes() : 0;
-  for (const NamedView& other : others) {
-    const std::size_t other_bytes = other.view.data != nullptr ? other.view.nbytes() : 0;
-    if (bytes == 0 || other_bytes == 0 || other.view.device != output.view.device) continue;
-    const bool overlap = begin(output.view) < begin(other.view) + other_bytes && begin(other.view) < begin(output.view) + bytes;
-    require(!overlap, output.name, std::string("overlaps ") + other.name + " (a call never writes what it reads)");
+void check_disjoint(std::initializer_list<NamedView> outputs, std::initializer_list<NamedView> inputs) {
+  const auto overlap = [](const TensorView& a, const TensorView& b) {
+    const std::size_t a_bytes = a.data != nullptr ? a.nbytes() : 0, b_bytes = b.data != nullptr ? b.nbytes() : 0;
+    if (a_bytes == 0 || b_bytes == 0 || a.device != b.device) return false;
+    const auto a_begin = reinterpret_cast<std::uintptr_t>(a.data), b_begin = reinterpret_cast<std::uintptr_t>(b.data);
+    return a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
+  };
+  for (auto output = outputs.begin(); output != outputs.end(); ++output) {
+    for (const NamedView& input : inputs)
+      require(!overlap(output->view, input.view), output->name,
+              std::string("overlaps ") + input.name + " (a call never writes what it reads)");
+    for (auto later = output + 1; later != outputs.end(); ++later)
+      require(!overlap(output->view, later->view), output->name,
+              std::string("overlaps ") + later->name + " (each output byte has one owner)");
   }
 }
 
