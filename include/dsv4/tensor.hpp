@@ -28,6 +28,8 @@ struct TensorView {
   Shape shape;
   Device device = Device::CPU;
 
+  // An optional argument is absent when its view is the default one (no data, no shape).
+  bool given() const { return data != nullptr || !shape.empty(); }
   std::int64_t numel() const { return shape_numel(shape); }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype); }
   std::int64_t dim(int i) const { return shape.at(static_cast<std::size_t>(i)); }

@@ -59,8 +59,6 @@ void check_rows(const MatrixF32View& view, const std::string& name, std::int64_t
   require(view.data != nullptr || rows == 0, name, "null data pointer");
 }
 
-bool given(const TensorView& view) { return view.data != nullptr || !view.shape.empty(); }
-
 // Pool and cache must have been made for a compressor with this state and entry layout.
 void check_pool_and_cache(const CompressorSpec& spec, const CompressorStatePool& pool, const PagedCache& cache) {
   const CompressorSpec& made = pool.spec();
@@ -148,10 +146,10 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
   check_rows(kv, "kv", plan.total_rows, spec.row_width(), device);
   check_rows(score, "score", plan.total_rows, spec.row_width(), device);
   const auto events = static_cast<std::int64_t>(plan.events.size());
-  if (given(outputs.compressed)) check_tensor(outputs.compressed, "outputs.compressed", DType::F32, {events, spec.width}, device);
-  if (given(outputs.entry_ids)) check_tensor(outputs.entry_ids, "outputs.entry_ids", DType::I32, {events}, device);
-  if (given(outputs.positions)) check_tensor(outputs.positions, "outputs.positions", DType::I32, {events}, device);
-  if (given(outputs.cache_slots)) check_tensor(outputs.cache_slots, "outputs.cache_slots", DType::I32, {events}, device);
+  if (outputs.compressed.given()) check_tensor(outputs.compressed, "outputs.compressed", DType::F32, {events, spec.width}, device);
+  if (outputs.entry_ids.given()) check_tensor(outputs.entry_ids, "outputs.entry_ids", DType::I32, {events}, device);
+  if (outputs.positions.given()) check_tensor(outputs.positions, "outputs.positions", DType::I32, {events}, device);
+  if (outputs.cache_slots.given()) check_tensor(outputs.cache_slots, "outputs.cache_slots", DType::I32, {events}, device);
   // The outputs share no byte with what the step reads or writes besides them, nor with each other.
   const auto bytes_of_rows = [](const MatrixF32View& m) {  // the strided view's whole span
     return TensorView{const_cast<float*>(m.data), DType::F32, {m.rows > 0 ? (m.rows - 1) * m.row_stride + m.cols : 0}, m.device};

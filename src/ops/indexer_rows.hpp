@@ -29,9 +29,6 @@ int check_indexer_row_shapes(const IndexerRowsView& rows, std::int64_t num_rows,
 HostIndexerRows check_indexer_row_contents(const IndexerRowsView& rows, std::int64_t num_rows, std::int64_t num_cols,
                                            int entries_per_page, std::int64_t num_pages);
 
-// True when `view` holds a tensor (a null, shapeless view means "absent").
-inline bool tensor_given(const TensorView& view) { return view.data != nullptr || !view.shape.empty(); }
-
 // Throws Error(name) unless the data pointer is a multiple of `alignment` bytes.
 void require_aligned(const TensorView& view, const std::string& name, std::size_t alignment);
 

@@ -27,8 +27,6 @@ namespace {
 using F = AttentionEntryFormat;
 constexpr int kRopePairs = F::kRopeDim / 2;
 
-bool given(const TensorView& view) { return view.data != nullptr || !view.shape.empty(); }
-
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // Shape, dtype and device of a pool; returns its number of slots.
@@ -81,8 +79,8 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
   p.window_slots = window_slots.as<const std::int32_t>();
   p.compressed_slots = compressed_slots.as<const std::int32_t>();
   p.attn_sink = attn_sink.as<const float>();
-  p.rope_cos = given(options.rope_cos) ? options.rope_cos.as<const float>() : nullptr;
-  p.rope_sin = given(options.rope_sin) ? options.rope_sin.as<const float>() : nullptr;
+  p.rope_cos = options.rope_cos.given() ? options.rope_cos.as<const float>() : nullptr;
+  p.rope_sin = options.rope_sin.given() ? options.rope_sin.as<const float>() : nullptr;
   p.out = out.as<std::uint16_t>();
   p.lse = lse.as<float>();
   p.num_rows = static_cast<std::int32_t>(q.dim(0));
@@ -99,7 +97,7 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
   void* scratch = nullptr;
   bool owned = false;
   if (layout.total > 0) {
-    if (given(options.workspace)) {
+    if (options.workspace.given()) {
       scratch = options.workspace.data;
     } else {
       require(cudaMallocAsync(&scratch, layout.total, stream) == cudaSuccess, "device", "cudaMallocAsync failed");
@@ -164,9 +162,9 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
   check_tensor(lse, "lse", DType::F32, {rows, heads}, device);
   require(std::isfinite(options.softmax_scale) && options.softmax_scale > 0, "options",
           "softmax_scale must be finite and positive");
-  require(given(options.rope_cos) == given(options.rope_sin), "options",
+  require(options.rope_cos.given() == options.rope_sin.given(), "options",
           "rope_cos and rope_sin must be given together");
-  if (given(options.rope_cos)) {
+  if (options.rope_cos.given()) {
     check_tensor(options.rope_cos, "rope_cos", DType::F32, {rows, kRopePairs}, device);
     check_tensor(options.rope_sin, "rope_sin", DType::F32, {rows, kRopePairs}, device);
   }
@@ -174,7 +172,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
   require(options.output_parts == 0 || options.output_parts == 1 || options.output_parts == 2 ||
               options.output_parts == 4,
           "options", "output_parts must be 0 (automatic), 1, 2 or 4, got " + std::to_string(options.output_parts));
-  if (given(options.workspace)) check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
+  if (options.workspace.given()) check_tensor(options.workspace, "workspace", DType::U8, {-1}, device);
   check_disjoint({{out, "out"}, {lse, "lse"}, {options.workspace, "workspace"}},
                  {{q, "q"},
                   {window_cache.pages, "window_cache"},
@@ -204,8 +202,8 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
     call.window_slots = window_slots.as<const std::int32_t>();
     call.compressed_slots = compressed_slots.as<const std::int32_t>();
     call.attn_sink = attn_sink.as<const float>();
-    call.rope_cos = given(options.rope_cos) ? options.rope_cos.as<const float>() : nullptr;
-    call.rope_sin = given(options.rope_sin) ? options.rope_sin.as<const float>() : nullptr;
+    call.rope_cos = options.rope_cos.given() ? options.rope_cos.as<const float>() : nullptr;
+    call.rope_sin = options.rope_sin.given() ? options.rope_sin.as<const float>() : nullptr;
     call.out = out.as<std::uint16_t>();
     call.lse = lse.as<float>();
     call.num_rows = rows;
@@ -221,7 +219,7 @@ void sparse_attention(const TensorView& q, const AttentionPoolView& window_cache
   require(aligned16(q.data), "q", "must be 16-byte aligned on CUDA");
   require(aligned16(out.data), "out", "must be 16-byte aligned on CUDA");
   require(heads <= 4096, "q", "at most 4096 heads on CUDA");
-  if (given(options.workspace)) {
+  if (options.workspace.given()) {
     const std::size_t needed = sparse_attention_workspace_bytes(
         rows, heads, window_slots.dim(1) + compressed_slots.dim(1), options.split_candidates);
     require(options.workspace.nbytes() >= needed, "workspace",

@@ -25,7 +25,7 @@ void indexer_topk(const TensorView& scores, const IndexerRowsView& rows, int ent
   const std::int64_t k = indices.dim(1);
   require(k >= 1 && k <= std::numeric_limits<std::int32_t>::max() / 2, "indices",
           "K (its width) must be at least 1, got " + std::to_string(k));
-  const bool with_slots = detail::tensor_given(slots);
+  const bool with_slots = slots.given();
   if (with_slots) check_tensor(slots, "slots", DType::I32, {num_rows, k}, device);
   detail::check_indexer_row_shapes(rows, num_rows, device);
   check_disjoint({{indices, "indices"}, {slots, "slots"}},

@@ -195,9 +195,9 @@ void AttentionLayer::forward(std::span<const LayerStepRequest> batch, const Tens
           "expected dtype F32 or BF16, got " + std::string(dtype_name(x.dtype)));
   check_tensor(x, "x", x.dtype, {total, c.hidden_size}, Device::CPU);
   check_tensor(outputs.y, "y", DType::F32, {total, c.hidden_size}, Device::CPU);
-  if (outputs.attn.data || !outputs.attn.shape.empty())
+  if (outputs.attn.given())
     check_tensor(outputs.attn, "attn", DType::F32, {total, c.num_heads, c.head_dim}, Device::CPU);
-  if (outputs.topk.data || !outputs.topk.shape.empty()) {
+  if (outputs.topk.given()) {
     require(m.is_csa(), "topk", "only CSA layers (with an indexer) select compressed entries");
     check_tensor(outputs.topk, "topk", DType::I32, {total, c.index_topk}, Device::CPU);
   }
