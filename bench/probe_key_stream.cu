@@ -11,7 +11,8 @@
 //   pages shuffled / in order × steps of loads in flight 1, 2 (the score kernel's: step s + 1's loads
 //   issued before step s is used), 4 × first lines prefetched or not,
 // then a plain contiguous read of the same bytes (16-byte loads, 4 in flight a thread) and the copy
-// bandwidth, for the ceiling. Usage: probe_key_stream (no arguments; prints a table).
+// bandwidth, for the ceiling, and the read-only rate of 1 GiB. Usage: probe_key_stream (no arguments; prints a
+// table; DSV4_BENCH_FLUSH=clean times every case after a flush that leaves no modified line in the L2).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -127,7 +128,9 @@ int main() {
   check_cuda(cudaMalloc(&sink, sizeof(std::uint32_t)), "sink");
   const double key_bytes = static_cast<double>(kKeys) * kEntryBytes;
   const double copy_gbs = dsv4::bench::copy_bandwidth_gbs();
-  std::printf("copy bandwidth %.0f GB/s (read + write); %d keys, %.1f MB\n", copy_gbs, kKeys, key_bytes / 1e6);
+  std::printf("copy bandwidth %.0f GB/s (read + write); %d keys, %.1f MB; L2 flush %s\n", copy_gbs, kKeys,
+              key_bytes / 1e6,
+              dsv4::bench::flush_kind_from_environment() == dsv4::bench::FlushKind::clean ? "clean" : "dirty");
   const auto report = [&](const char* name, double us) {
     std::printf("%-44s %8.2f us %8.0f GB/s (%.0f%% of copy)\n", name, us, key_bytes / (us * 1e3),
                 100.0 * key_bytes / (us * 1e3) / copy_gbs);
@@ -157,6 +160,22 @@ int main() {
          dsv4::bench::time_us([&](cudaStream_t s) {
            read_plain<<<2 * sms, kThreads, 0, s>>>(reinterpret_cast<const uint4*>(pages), vectors, sink);
          }));
+  // The card's read-only rate: 1 GiB read contiguously (the same kernel, 16 blocks a SM's worth of work in
+  // flight), no flush needed (four times the L2 streams through it). A read-only kernel's ceiling is this,
+  // not the copy's read + write figure.
+  {
+    const std::int64_t big_vectors = (std::int64_t{1} << 30) / 16;
+    uint4* big = nullptr;
+    check_cuda(cudaMalloc(&big, big_vectors * 16), "read ceiling buffer");
+    check_cuda(cudaMemset(big, 0x5a, big_vectors * 16), "read ceiling fill");
+    const double us = dsv4::bench::time_us(
+        [&](cudaStream_t s) { read_plain<<<8 * sms, kThreads, 0, s>>>(big, big_vectors, sink); }, nullptr,
+        {3, 20, false});
+    std::printf("plain contiguous read of 1 GiB (read-only rate) %8.2f us %8.0f GB/s (%.0f%% of copy)\n", us,
+                static_cast<double>(big_vectors * 16) / (us * 1e3),
+                100.0 * static_cast<double>(big_vectors * 16) / (us * 1e3) / copy_gbs);
+    cudaFree(big);
+  }
   check_cuda(cudaGetLastError(), "launches");
   cudaFree(pages);
   cudaFree(shuffled);
