@@ -166,6 +166,33 @@ TEST(TopkGpuTies, MediumCrowdedBin) {
   expect_same_selection(c);
 }
 
+// Whole rows of 262144 candidates, every entry visible, at K = 512, 1024 and 16: the threshold inside
+// its bin, on ties, equal to every key, the top K all in the first CTA or equal keys in every CTA,
+// crowded bins, NaN keys (order key 0) — each compared with the reference.
+TEST(TopkGpuTies, WholeVisibleRowsAtSmallAndLargeK) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (const int k : {512, 1024, 16}) {
+    const std::int64_t rows = 7, cols = 262144;
+    TopkCase c = make_case(rng, rows, cols, k, std::vector<std::int32_t>(rows, static_cast<std::int32_t>(cols)), 1);
+    std::uniform_int_distribution<int> few(0, 9);
+    for (std::int64_t t = 0; t < rows; ++t) {
+      float* row = c.scores.data() + t * cols;
+      for (std::int64_t s = 0; s < cols; ++s) {
+        switch (t) {
+          case 0: break;                                                    // normal scores
+          case 1: row[s] = static_cast<float>(few(rng)); break;             // ties on the threshold
+          case 2: row[s] = -2.5f; break;                                    // the threshold is every key
+          case 3: row[s] = -static_cast<float>(s); break;                   // the top K all in the first CTA
+          case 4: row[s] = static_cast<float>(s % 65536); break;            // every CTA holds equal top keys
+          case 5: row[s] = round_to_bf16(row[s]); break;                    // crowded bins
+          default: row[s] = s % 3 == 0 ? std::nanf("") : row[s]; break;   // NaN keys (order key 0)
+        }
+      }
+    }
+    expect_same_selection(c);
+  }
+}
+
 // The kernel compares keys against the bounds of the threshold's histogram bin: scores exactly on
 // and one ulp beside bin edges, magnitudes over the whole float range (the end bins beyond
 // 2^±16 crowd), and rows whose top K all sit in the clamped end bin.
