@@ -30,9 +30,10 @@ inline void check_cuda(cudaError_t status, const char* what) {
 
 // How the L2 is emptied before each timed launch, for the whole run: DSV4_BENCH_FLUSH = `dirty` (default) or
 // `clean`; anything else is an error naming the variable.
-//   dirty: a 256 MB write (as nvbench and Triton's do_bench flush). The L2 is left full of modified lines, so
-//          the timed kernel's first ≈ 60 MB of misses also write those back: a read-only kernel's DRAM traffic
-//          is up to twice its own bytes. The reports use this, like the peers' published figures.
+//   dirty: a 256 MB write (as nvbench and Triton's do_bench flush). The L2 is left full of modified lines,
+//          and memory is still writing them back while the timed kernel reads (read-heavy one-launch cases
+//          ran 4–7% slower than after a clean flush on the H200; marking the kernels' own lines
+//          evict-first did not avoid it). The reports use this, like the peers' published figures.
 //   clean: the same write, then a read of another 128 MB buffer: the L2 then holds only unmodified lines
 //          that are not the kernel's (a decode step's L2 holds mostly such lines: weights and cache reads).
 // Records of a clean run carry "l2_flush": "clean".
@@ -51,6 +52,7 @@ inline FlushKind flush_kind_from_environment() {
 
 #if defined(__CUDACC__)
 // Reads `vectors` 16-byte words and keeps one bit of them (never true for the zero fill), so the loads stay.
+// A template so that every bench including this header may define it.
 template <int kUnused = 0>
 __global__ void read_to_fill_l2(const uint4* words, std::size_t vectors, unsigned* sink) {
   unsigned acc = 0;
