@@ -16,6 +16,21 @@ __device__ __forceinline__ void cp_async_cg16(void* shared, const void* global) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global) : "memory");
 }
 
+// An L2 policy that marks the lines an access brings in as the first to evict: data read once, so
+// that streaming it does not push out what other accesses will read again.
+__device__ __forceinline__ std::uint64_t evict_first_policy() {
+  std::uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));  // not volatile: one per kernel after CSE
+  return policy;
+}
+
+// cp_async_cg16 with an L2 cache policy (evict_first_policy).
+__device__ __forceinline__ void cp_async_cg16(void* shared, const void* global, std::uint64_t policy) {
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "l"(policy)
+               : "memory");
+}
+
 // Closes the group of this thread's cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are in flight; the completed copies

@@ -82,6 +82,9 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   // Ape from L1 (short windows): a batch's ape vectors are loaded before the wait for its copies
   // (two_pass.cuh, pool_candidates), 16 more registers live across the wait.
   static constexpr bool kApeBeforeWait = !kLongWindow;
+  // The candidates' kv and score rows copied with an L2 evict-first policy (lines read once leave
+  // first): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
+  static constexpr bool kEvictFirstRows = false;
   // A split event takes at most kSplitUnits blocks (one slice a group); a step may run it on
   // kSplitUnits / 2^k blocks instead, each group folding 2^k slices (params.hpp, split_units).
   static constexpr int kSplitUnits = kMaxSplitSlices / Unit::kGroups;
@@ -109,6 +112,12 @@ struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr bool kHoistedWindow = kLean;
   // The non-lean kernel spills 8 bytes at 96 registers with the early ape loads; it keeps them after the wait.
   static constexpr bool kApeBeforeWait = kLean;
+  // Each half row of a C4 window is read by one event only: evict-first copies leave the L2 to what
+  // is read again (ape) and to lines the step has not reached yet — the tail of rows a projection has
+  // just written, or a bench flush's. H200, against default copies (three rounds, medians): C4-512
+  // T = 8K −10%, 8K chunks on a 64K prefix −11..−13%, 256K +0.8%; C4-128 8K −2%, 64K −7%, 256K −1.2%,
+  // chunks +1..2%. The long-window and online kernels lost 3–6% at 256K with it (twentieth session).
+  static constexpr bool kEvictFirstRows = kLean;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows, ape staged
