@@ -29,6 +29,16 @@ __device__ __forceinline__ void prefetch_l1(const float* p) { asm volatile("pref
 
 // (16 bytes global → a thread's staging slot, asynchronously, L2 only: ptx::cp_async_cg16; groups of
 // copies: ptx::cp_async_commit, ptx::cp_async_wait — cuda/common/ptx_sm90.cuh.)
+// A row vector read once by the step, into a staging slot: with kEvictFirst its L2 lines are the
+// first to leave (Config::kEvictFirstRows).
+template <bool kEvictFirst>
+__device__ __forceinline__ void copy_row_vector(float4* slot, const float* row) {
+  if constexpr (kEvictFirst) {
+    ptx::cp_async_cg16(slot, row, ptx::evict_first_policy());
+  } else {
+    ptx::cp_async_cg16(slot, row);
+  }
+}
 
 // This thread's staging slots: [stage][row of the batch][vector] float4, interleaved across the
 // block's threads so that a warp's accesses are consecutive 16-byte words (no bank conflicts).

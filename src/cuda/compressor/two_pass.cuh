@@ -210,14 +210,8 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
   const auto copy_batch = [&](int b) {
     const int stage = b % Config::kStages;
     const auto copy_row = [&](int u, const Candidate& c) {
-      if constexpr (Config::kEvictFirstRows) {
-        const std::uint64_t policy = ptx::evict_first_policy();
-        ptx::cp_async_cg16(staging.slot(stage, u, 0), c.value, policy);
-        ptx::cp_async_cg16(staging.slot(stage, u, 1), c.score, policy);
-      } else {
-        ptx::cp_async_cg16(staging.slot(stage, u, 0), c.value);
-        ptx::cp_async_cg16(staging.slot(stage, u, 1), c.score);
-      }
+      copy_row_vector<Config::kEvictFirstRows>(staging.slot(stage, u, 0), c.value);
+      copy_row_vector<Config::kEvictFirstRows>(staging.slot(stage, u, 1), c.score);
       if constexpr (!Config::kStageApe && !Window::kAllNew) {
         // A window that may hold ring rows (heads: every decode step): the ape vectors are read (from
         // L1) after the copies land, and in a step's cold start they are a DRAM round trip of their
