@@ -1030,12 +1030,15 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
     EXPECT_TRUE(layout.chains_kept.at(0)) << "decode step of " << n << " at " << at;
     EXPECT_EQ(layout.chain_requests, completes ? 1 : 0) << "decode step of " << n << " at " << at;
     EXPECT_EQ(layout.split_events, 0) << "decode step of " << n << " at " << at;
+    EXPECT_FALSE(layout.long_requests) << "decode step of " << n << " at " << at << ": default row copies";
     chain_events += (at + n) / m - at / m;
     if (fresh.fed >= 2 * m) break;
   }
   EXPECT_EQ(chain_events, 2) << "two events from the chains";
   PlannedFeed prefilled{s, stream, side, side.pool.allocate(), {3, 4}};
-  EXPECT_FALSE(prefilled.step(m / 2 + 5).chains_kept.at(0)) << "a prefill chunk";
+  const cuda::CompressStepLayout chunk = prefilled.step(m / 2 + 5);
+  EXPECT_FALSE(chunk.chains_kept.at(0)) << "a prefill chunk";
+  EXPECT_TRUE(chunk.long_requests) << "a prefill chunk: evict-first row copies";
   while (prefilled.fed + 8 <= 2 * m + 8) {
     const std::int64_t at = prefilled.fed;
     const cuda::CompressStepLayout layout = prefilled.step(8);

@@ -82,8 +82,7 @@ struct TwoPassConfig : UnitConfig<kWidth, two_pass_groups(kWidth, kLongWindow)>,
   // Ape from L1 (short windows): a batch's ape vectors are loaded before the wait for its copies
   // (two_pass.cuh, pool_candidates), 16 more registers live across the wait.
   static constexpr bool kApeBeforeWait = !kLongWindow;
-  // The candidates' kv and score rows copied with an L2 evict-first policy (lines read once leave
-  // first): only the lean instantiation, TwoPassFiveBlocksConfig<c, true>.
+  // The candidates' kv and score rows copied with an L2 evict-first policy: WithEvictFirstRows.
   static constexpr bool kEvictFirstRows = false;
   // A split event takes at most kSplitUnits blocks (one slice a group); a step may run it on
   // kSplitUnits / 2^k blocks instead, each group folding 2^k slices (params.hpp, split_units).
@@ -112,12 +111,21 @@ struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr bool kHoistedWindow = kLean;
   // The non-lean kernel spills 8 bytes at 96 registers with the early ape loads; it keeps them after the wait.
   static constexpr bool kApeBeforeWait = kLean;
-  // Each half row of a C4 window is read by one event only: evict-first copies leave the L2 to what
-  // is read again (ape) and to lines the step has not reached yet — the tail of rows a projection has
-  // just written, or a bench flush's. H200, against default copies (three rounds, medians): C4-512
-  // T = 8K −10%, 8K chunks on a 64K prefix −11..−13%, 256K +0.8%; C4-128 8K −2%, 64K −7%, 256K −1.2%,
-  // chunks +1..2%. The long-window and online kernels lost 3–6% at 256K with it (twentieth session).
-  static constexpr bool kEvictFirstRows = kLean;
+};
+
+// A two-pass instantiation whose window rows (kv and score) are copied with an L2 evict-first policy.
+// A step's rows are read once (each half row of a C4 window by one event): evict-first copies leave
+// the L2 to what is read again (ape) and to lines the step has not reached yet — the tail of rows a
+// projection has just written, or a bench flush's. launch_width takes it for steps that bring some
+// request more than kRingPiecesMinTokens tokens, with the lean short-window kernel and the split
+// long-window one. H200, against default copies (three rounds, medians): C4-512 T = 8K −10%, 8K
+// chunks on a 64K prefix −11..−13%, 256K +0.8%; C4-128 8K −2%, 64K −7%, 256K −1.2%, chunks +1..2%;
+// C128 (split units) 8K −6%, chunks −3..−7%. Not taken: decode steps (C4 B = 1024 −4..−6%, C128
+// B = 256 n = 8 +4%), the long-window prefill kernel (C128 256K +3.7%), the online kernel (64K +3.6%,
+// 256K +6.1%).
+template <class Config>
+struct WithEvictFirstRows : Config {
+  static constexpr bool kEvictFirstRows = true;
 };
 
 // Online (running max / sum / mean per channel, one row after another): batches of 4 rows, ape staged

@@ -13,11 +13,12 @@ namespace dsv4::cuda::compressor {
 //   params.split_events_count > 0: the split-unit (decode) kernel of a long window;
 //   short_window: the instantiation of a short-window two-pass step (ignored otherwise).
 //   online_stages: the online kernel's staging depth (TwoStages or Deep).
+//   evict_first_rows: the lean and split instantiations copy their rows evict-first (config.hpp).
 cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window,
                                    ShortWindowPrefill short_window, OnlineStages online_stages,
-                                   cudaStream_t stream);  // c = 512
+                                   bool evict_first_rows, cudaStream_t stream);  // c = 512
 cudaError_t launch_indexer_width(const KernelParams& params, bool online, bool long_window,
                                  ShortWindowPrefill short_window, OnlineStages online_stages,
-                                 cudaStream_t stream);  // c = 128
+                                 bool evict_first_rows, cudaStream_t stream);  // c = 128
 
 }  // namespace dsv4::cuda::compressor

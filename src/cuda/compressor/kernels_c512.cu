@@ -4,8 +4,9 @@
 namespace dsv4::cuda::compressor {
 
 cudaError_t launch_attention_width(const KernelParams& params, bool online, bool long_window,
-                                   ShortWindowPrefill short_window, OnlineStages online_stages, cudaStream_t stream) {
-  return launch_width<512>(params, online, long_window, short_window, online_stages, stream);
+                                   ShortWindowPrefill short_window, OnlineStages online_stages, bool evict_first_rows,
+                                   cudaStream_t stream) {
+  return launch_width<512>(params, online, long_window, short_window, online_stages, evict_first_rows, stream);
 }
 
 }  // namespace dsv4::cuda::compressor

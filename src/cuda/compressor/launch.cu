@@ -184,6 +184,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   std::vector<std::int64_t> item_begin{0};
   std::int64_t step_events = 0;
   std::int32_t ring_pieces = 1;  // config.hpp, ring_write_pieces: from the longest write of a request
+  bool long_requests = false;
   const int unit_threads = spec.width / 4 * compressor::two_pass_groups(spec.width, has_long_window(spec));
   std::vector<std::int32_t> pages;
   std::vector<std::int64_t> planned_index;  // of each step request in plan.requests
@@ -200,6 +201,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
     s.num_events = static_cast<std::int32_t>(r.num_events);
     s.page_offset = static_cast<std::int32_t>(pages.size());
     if (r.new_tokens > compressor::kRingPiecesMinTokens) {
+      long_requests = true;
       const int rows = static_cast<int>(std::min<std::int64_t>(r.new_tokens, a.records_per_slot));
       ring_pieces = std::max(ring_pieces, compressor::ring_write_pieces(rows, a.record_floats, unit_threads));
     }
@@ -267,6 +269,7 @@ CompressStepLayout plan_compress_step(const ref::CompressArgs& a) {
   layout.num_requests = static_cast<std::int32_t>(requests.size());
   layout.num_items = item_begin.back();
   layout.one_item_per_request = layout.num_items == layout.num_requests;
+  layout.long_requests = long_requests;
   layout.ring_pieces = spec.online ? 0 : ring_pieces;
   require(layout.num_items + layout.ring_items() <= std::numeric_limits<std::int32_t>::max(), "batch",
           "the step has " + std::to_string(layout.num_items + layout.ring_items()) +
@@ -392,8 +395,10 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
   auto s = static_cast<cudaStream_t>(stream);
   const cudaError_t status =
       spec.width == 512
-          ? compressor::launch_attention_width(p, spec.online, long_window, short_window, online_stages, s)
-          : compressor::launch_indexer_width(p, spec.online, long_window, short_window, online_stages, s);
+          ? compressor::launch_attention_width(p, spec.online, long_window, short_window, online_stages,
+                                               layout.long_requests, s)
+          : compressor::launch_indexer_width(p, spec.online, long_window, short_window, online_stages,
+                                             layout.long_requests, s);
   check_cuda(status, "compressor kernel launch");
 }
 

@@ -51,6 +51,7 @@ struct CompressStepLayout {
   std::vector<bool> chains_kept;    // per planned request (CompressPlan order): its chains were kept
   std::int32_t ring_pieces = 0;     // ring items per request (params.hpp; 0: online, no ring items)
   bool one_item_per_request = false;
+  bool long_requests = false;       // some request brings more than kRingPiecesMinTokens tokens (a prefill, a chunk)
 
   // The ring items after the heads and bodies in the grid (KernelParams::ring_items).
   std::int64_t ring_items() const { return static_cast<std::int64_t>(num_requests) * ring_pieces; }

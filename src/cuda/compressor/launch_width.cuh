@@ -51,16 +51,29 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
   return cudaGetLastError();
 }
 
+// launch_items of the two-pass kernel of Config, or of WithEvictFirstRows<Config> where
+// `evict_first_rows`.
+template <class Config>
+cudaError_t launch_two_pass(const KernelParams& params, bool evict_first_rows, cudaStream_t stream,
+                            std::int64_t leading_blocks = 0, bool ring_items_only = false) {
+  using EvictFirst = WithEvictFirstRows<Config>;
+  if (evict_first_rows) {
+    return launch_items<EvictFirst>(two_pass_kernel<EvictFirst>, params, stream, leading_blocks, ring_items_only);
+  }
+  return launch_items<Config>(two_pass_kernel<Config>, params, stream, leading_blocks, ring_items_only);
+}
+
 // Launches the kernel for `params` (num_items ≥ 1; the host has checked the grid fits).
 //   online: the online variant (after online_save_kernel where params.online_saved is set);
 //   long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0 or params.chain_requests > 0 (long windows only): the split (decode)
 //   instantiation;
 //   short_window: the instantiation of a short-window step (launch.cu: for decode steps the lean one
-//   or FourBlocksPerSM); online_stages: the online kernel's (TwoStages or Deep, launch.cu).
+//   or FourBlocksPerSM); online_stages: the online kernel's (TwoStages or Deep, launch.cu);
+//   evict_first_rows: the split and lean instantiations copy their rows evict-first (config.hpp).
 template <int kWidth>
 cudaError_t launch_width(const KernelParams& params, bool online, bool long_window, ShortWindowPrefill short_window,
-                         OnlineStages online_stages, cudaStream_t stream) {
+                         OnlineStages online_stages, bool evict_first_rows, cudaStream_t stream) {
   if (online) {
     // A step that saves a head's starting snapshot (params.hpp, online_kept_counts) copies it first.
     if (params.online_saved != nullptr) {
@@ -72,9 +85,8 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
     return launch_items<OnlineConfig<kWidth>>(online_kernel<OnlineConfig<kWidth>>, params, stream);
   }
   if (long_window && (params.split_events_count > 0 || params.chain_requests > 0)) {
-    using Config = TwoPassConfig<kWidth, true, true>;
-    return launch_items<Config>(
-        two_pass_kernel<Config>, params, stream,
+    return launch_two_pass<TwoPassConfig<kWidth, true, true>>(
+        params, evict_first_rows, stream,
         static_cast<std::int64_t>(params.split_events_count) * params.split_units + params.chain_requests, true);
   }
   if (long_window) {
@@ -85,8 +97,7 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
     return launch_items<Config>(two_pass_kernel<Config>, params, stream);
   }
   if (short_window == ShortWindowPrefill::FiveBlocksPerSMLean) {
-    using Config = TwoPassFiveBlocksConfig<kWidth, true>;
-    return launch_items<Config>(two_pass_kernel<Config>, params, stream);
+    return launch_two_pass<TwoPassFiveBlocksConfig<kWidth, true>>(params, evict_first_rows, stream);
   }
   return launch_items<TwoPassConfig<kWidth, false>>(two_pass_kernel<TwoPassConfig<kWidth, false>>, params, stream);
 }
