@@ -33,7 +33,8 @@ inline void check_cuda(cudaError_t status, const char* what) {
 //   dirty: a 256 MB write (as nvbench and Triton's do_bench flush). The L2 is left full of modified lines,
 //          and memory is still writing them back while the timed kernel reads (read-heavy one-launch cases
 //          ran 4–7% slower than after a clean flush on the H200; marking the kernels' own lines
-//          evict-first did not avoid it). The reports use this, like the peers' published figures.
+//          evict-first recovered part of it in the compressor's prefills, none in the indexer's scores
+//          or the attention). The reports use this, like the peers' published figures.
 //   clean: the same write, then a read of another 128 MB buffer: the L2 then holds only unmodified lines
 //          that are not the kernel's (a decode step's L2 holds mostly such lines: weights and cache reads).
 // Records of a clean run carry "l2_flush": "clean".
