@@ -804,19 +804,30 @@ struct PlannedFeed {
   std::vector<std::int32_t> table;
   std::int64_t fed = 0;
 
-  cuda::CompressStepLayout step(std::int64_t n, bool run = true) {
-    const CompressBatch batch = {CompressRequest{slot, fed, n, table}};
+  // Appends this feed's request of n tokens and its rows to a step's batch and rows.
+  void add_to(CompressBatch& batch, std::vector<float>& kv, std::vector<float>& score, std::int64_t n) const {
+    batch.push_back(CompressRequest{slot, fed, n, table});
     const int w = spec.row_width();
-    const std::vector<float> kv(stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
-    const std::vector<float> score(stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
-    const StepRows rows = make_rows(kv, score, n, w, false, Device::CUDA);
+    kv.insert(kv.end(), stream.kv.begin() + fed * w, stream.kv.begin() + (fed + n) * w);
+    score.insert(score.end(), stream.score.begin() + fed * w, stream.score.begin() + (fed + n) * w);
+  }
+  // The CUDA plan of `batch` (requests of feeds on this feed's side) over its rows; runs it if told.
+  cuda::CompressStepLayout plan(const CompressBatch& batch, const std::vector<float>& kv,
+                                const std::vector<float>& score, bool run) const {
+    const int w = spec.row_width();
+    const StepRows rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
     const CompressPlan plan =
         plan_compress(spec, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
     cuda::CompressStepLayout layout = cuda::plan_compress_step(device_step_args(spec, plan, rows, side));
-    if (run) {
-      compress(spec, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
-      fed += n;
-    }
+    if (run) compress(spec, side.weights(), batch, rows.kv_view, rows.score_view, side.pool, side.cache);
+    return layout;
+  }
+  cuda::CompressStepLayout step(std::int64_t n, bool run = true) {
+    CompressBatch batch;
+    std::vector<float> kv, score;
+    add_to(batch, kv, score, n);
+    cuda::CompressStepLayout layout = plan(batch, kv, score, run);
+    if (run) fed += n;
     return layout;
   }
   void roll_back(std::int64_t n) {
@@ -1069,6 +1080,22 @@ TEST_P(CompressorGpu, SanitizeDecodeStepsKeepSliceChains) {
   const cuda::CompressStepLayout event = fresh.step(1);
   EXPECT_FALSE(event.chains_kept.at(0)) << "after a rollback into the previous block";
   EXPECT_EQ(event.split_events, 1) << "after a rollback into the previous block";
+
+  // Evict-first row copies (config.hpp, WithEvictFirstRows) are chosen per step: not for decode
+  // steps of several requests whose tokens add up to more than 8, but for a step in which any one
+  // request brings more than 8 (plans only; nothing runs).
+  CompressBatch batch;
+  std::vector<float> kv, score;
+  fresh.add_to(batch, kv, score, 8);
+  prefilled.add_to(batch, kv, score, 8);
+  batch.push_back(CompressRequest{0, 0, 0, {}});  // padding: a request bringing no token
+  EXPECT_FALSE(fresh.plan(batch, kv, score, false).long_requests) << "two decode requests of 8 tokens and padding";
+  batch.clear();
+  kv.clear();
+  score.clear();
+  fresh.add_to(batch, kv, score, 1);
+  prefilled.add_to(batch, kv, score, 9);
+  EXPECT_TRUE(fresh.plan(batch, kv, score, false).long_requests) << "a decode request and a chunk of 9 tokens";
 }
 
 // Short-window (C4) steps with body items run one of three instantiations of the same kernel source

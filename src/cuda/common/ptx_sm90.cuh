@@ -20,7 +20,7 @@ __device__ __forceinline__ void cp_async_cg16(void* shared, const void* global) 
 // that streaming it does not push out what other accesses will read again.
 __device__ __forceinline__ std::uint64_t evict_first_policy() {
   std::uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));  // not volatile: one per kernel after CSE
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));  // not volatile: may be merged or hoisted
   return policy;
 }
 

@@ -113,16 +113,19 @@ struct TwoPassFiveBlocksConfig : TwoPassConfig<kWidth, false> {
   static constexpr bool kApeBeforeWait = kLean;
 };
 
-// A two-pass instantiation whose window rows (kv and score) are copied with an L2 evict-first policy.
-// A step's rows are read once (each half row of a C4 window by one event): evict-first copies leave
-// the L2 to what is read again (ape) and to lines the step has not reached yet — the tail of rows a
-// projection has just written, or a bench flush's. launch_width takes it for steps that bring some
-// request more than kRingPiecesMinTokens tokens, with the lean short-window kernel and the split
-// long-window one. H200, against default copies (three rounds, medians): C4-512 T = 8K −10%, 8K
-// chunks on a 64K prefix −11..−13%, 256K +0.8%; C4-128 8K −2%, 64K −7%, 256K −1.2%, chunks +1..2%;
-// C128 (split units) 8K −6%, chunks −3..−7%. Not taken: decode steps (C4 B = 1024 −4..−6%, C128
-// B = 256 n = 8 +4%), the long-window prefill kernel (C128 256K +3.7%), the online kernel (64K +3.6%,
-// 256K +6.1%).
+// A two-pass instantiation whose window rows (kv and score vectors) are copied with an L2 evict-first
+// policy. Each row (each half row where windows overlap) is read by one event of a step; the ring items
+// re-read a request's last R rows. Measured, not explained: the read-heavy prefills lose 4–7% to the
+// modified lines a bench's flush leaves in the L2 (notes-indexer, twentieth session), and with
+// evict-first copies the short ones get part of it back — the guess being that the flush's lines (or
+// in a layer, the rows a projection has just written) stay longer. launch.cu (plan_compress_step:
+// CompressStepLayout::long_requests) takes it for steps that bring some request more than
+// kRingPiecesMinTokens tokens, with the lean short-window kernel and the split long-window one. H200,
+// against default copies in every step (three rounds, medians): C4-512 T = 8K −9%, 256K +0.9%, 8K
+// chunks on a 64K prefix −11..−12%; C4-128 8K −3%, 64K −8%, 256K −1.5%, chunks +1..2%; C128 (split
+// units) 8K −8%, chunks −4..−7%. Not taken: decode steps (C4 B = 1024 −4..−6% with default copies,
+// C128 B = 256 n = 8 +4% with the policy), the long-window prefill kernel (C128 256K +3.7%), the online
+// kernel (64K +3.6%, 256K +6.1%).
 template <class Config>
 struct WithEvictFirstRows : Config {
   static constexpr bool kEvictFirstRows = true;
@@ -153,6 +156,7 @@ inline constexpr int kRingVectorsInRegisters = 8;
 // round each up to kMaxRingPieces (past it, every kMaxRingPieces-th round: a long max_rollback);
 // the step's largest write sets the count for every request. Decode steps keep one ring item a
 // request (and its staged path, two_pass.cuh).
+// (kRingPiecesMinTokens also marks the steps whose rows are copied evict-first: WithEvictFirstRows.)
 inline constexpr int kRingPiecesMinTokens = 8;
 inline constexpr int kMaxRingPieces = 32;
 

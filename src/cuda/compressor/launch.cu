@@ -393,6 +393,7 @@ void launch_compress_step(const ref::CompressArgs& a, const CompressStepLayout& 
                                                                                      : compressor::OnlineStages::TwoStages;
   }
   auto s = static_cast<cudaStream_t>(stream);
+  // long_requests: the lean and split kernels' evict-first instantiations (config.hpp, WithEvictFirstRows).
   const cudaError_t status =
       spec.width == 512
           ? compressor::launch_attention_width(p, spec.online, long_window, short_window, online_stages,
