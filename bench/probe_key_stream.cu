@@ -94,21 +94,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never written
 }
 
-// The same bytes read contiguously: 16-byte loads, four in flight a thread, grid-stride.
-__global__ void __launch_bounds__(kThreads, 2) read_plain(const uint4* bytes, std::int64_t vectors, std::uint32_t* sink) {
-  std::uint32_t acc = 0;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < vectors; i += 4 * stride) {
-    uint4 v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      v[k] = i + k * stride < vectors ? dsv4::cuda::ptx::load_stream_v4(bytes + i + k * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) acc ^= v[k].x ^ v[k].w;
-  }
-  if (acc == 0x9e3779b9u) sink[0] = acc;
-}
-
 }  // namespace
 
 int main() {
@@ -158,7 +143,7 @@ int main() {
   const std::int64_t vectors = static_cast<std::int64_t>(key_bytes) / 16;
   report("plain contiguous read, same bytes",
          dsv4::bench::time_us([&](cudaStream_t s) {
-           read_plain<<<2 * sms, kThreads, 0, s>>>(reinterpret_cast<const uint4*>(pages), vectors, sink);
+           dsv4::bench::read_contiguous<<<2 * sms, kThreads, 0, s>>>(reinterpret_cast<const uint4*>(pages), vectors, sink);
          }));
   // The card's read-only rate: 1 GiB read contiguously (the same kernel, 16 blocks a SM's worth of work in
   // flight), no flush needed (four times the L2 streams through it). A read-only kernel's ceiling is this,
@@ -169,7 +154,7 @@ int main() {
     check_cuda(cudaMalloc(&big, big_vectors * 16), "read ceiling buffer");
     check_cuda(cudaMemset(big, 0x5a, big_vectors * 16), "read ceiling fill");
     const double us = dsv4::bench::time_us(
-        [&](cudaStream_t s) { read_plain<<<8 * sms, kThreads, 0, s>>>(big, big_vectors, sink); }, nullptr,
+        [&](cudaStream_t s) { dsv4::bench::read_contiguous<<<8 * sms, kThreads, 0, s>>>(big, big_vectors, sink); }, nullptr,
         {3, 20, false});
     std::printf("plain contiguous read of 1 GiB (read-only rate) %8.2f us %8.0f GB/s (%.0f%% of copy)\n", us,
                 static_cast<double>(big_vectors * 16) / (us * 1e3),
