@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/config.hpp"
@@ -187,9 +188,14 @@ __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const Softma
 // kChainSlices = false on a sliced fold: [j_begin, j_end) is at most one slice, folded straight into
 // `result` (empty on entry) — the same bits as the chain of that one slice (a merge into an empty
 // chain copies), without the chain's registers.
-template <class Config, bool kChainSlices = Config::kSlicedFold, class Window>
+// `slice_done` (a sliced fold with kChainSlices): instead of merging each complete slice into `result`,
+// hands it over as slice_done(s, partial) (s: the slice's index in the window), so a split unit folds
+// its consecutive slices in one stream of copies (split_event_unit).
+struct MergeSlices {};
+template <class Config, bool kChainSlices = Config::kSlicedFold, class Window, class SliceDone = MergeSlices>
 __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Window& window, int j_begin, int j_end,
-                                                int lane, const Staging<Config>& staging, SoftmaxPartial& result) {
+                                                int lane, const Staging<Config>& staging, SoftmaxPartial& result,
+                                                const SliceDone& slice_done = {}) {
   constexpr int kBatch = Config::kBatch;
   SoftmaxPartial slice;  // chained slices: the slice being folded
   SoftmaxPartial& acc = kChainSlices ? slice : result;
@@ -314,7 +320,11 @@ __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Wind
     }
     if constexpr (kChainSlices) {
       if (b % Config::kSliceBatches == Config::kSliceBatches - 1 || b + 1 == batches) {  // the slice is complete
-        merge_partial(result, slice);
+        if constexpr (std::is_same_v<SliceDone, MergeSlices>) {
+          merge_partial(result, slice);
+        } else {
+          slice_done((j_begin + b * kBatch) / kSliceCandidates, slice);
+        }
         slice = empty_partial();
       }
     }
@@ -468,13 +478,18 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const EventWindow window = event_window<Config>(p, rows, r, split.event);
   float* partials = p.split_partials + static_cast<std::int64_t>(index) * kMaxSplitSlices * 3 * c;  // [16][3][c]
   const int per_group = kMaxSplitSlices / (p.split_units * Config::kGroups);
-#pragma unroll 1
-  for (int k = 0; k < per_group; ++k) {
-    const int slice = (part * Config::kGroups + group) * per_group + k;
-    SoftmaxPartial partial = empty_partial();  // stays empty past the window's last slice
-    pool_candidates<Config, false>(rows, window, min(slice * kSliceCandidates, window.count),
-                                   min((slice + 1) * kSliceCandidates, window.count), lane, staging, partial);
+  // The group's slices are consecutive: one stream of copies folds them all, each slice from scratch
+  // (the next slice's first rows land while this one is folded), and each is stored as it completes.
+  const int first_slice = (part * Config::kGroups + group) * per_group;
+  const auto store_slice = [&](int slice, const SoftmaxPartial& partial) {
     store_partial(partials + slice * 3 * c + 4 * lane, c, partial);
+  };
+  SoftmaxPartial unused;
+  pool_candidates<Config, true>(rows, window, min(first_slice * kSliceCandidates, window.count),
+                                min((first_slice + per_group) * kSliceCandidates, window.count), lane, staging, unused,
+                                store_slice);
+  for (int slice = max(first_slice, slice_count(window.count)); slice < first_slice + per_group; ++slice) {
+    store_slice(slice, empty_partial());  // past the window's last slice (never read by the merge)
   }
   __threadfence();  // this thread's partials are visible GPU-wide before its unit counts itself done
   __syncthreads();  // every thread of the unit has stored and fenced
