@@ -484,10 +484,19 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const auto store_slice = [&](int slice, const SoftmaxPartial& partial) {
     store_partial(partials + slice * 3 * c + 4 * lane, c, partial);
   };
+  // The units of different events start at different slices of their ranges (the range rotated by
+  // the event's index): the events' units would otherwise all ask for the same few ape rows and row
+  // offsets at once. The slices are independent, so their order changes no byte.
+  const int rotate = index % per_group;
   SoftmaxPartial unused;
-  pool_candidates<Config, true>(rows, window, min(first_slice * kSliceCandidates, window.count),
-                                min((first_slice + per_group) * kSliceCandidates, window.count), lane, staging, unused,
-                                store_slice);
+#pragma unroll 1
+  for (int run = 0; run < 2; ++run) {
+    const int begin = first_slice + (run == 0 ? rotate : 0), end = run == 0 ? first_slice + per_group : first_slice + rotate;
+    if (begin < end) {
+      pool_candidates<Config, true>(rows, window, min(begin * kSliceCandidates, window.count),
+                                    min(end * kSliceCandidates, window.count), lane, staging, unused, store_slice);
+    }
+  }
   for (int slice = max(first_slice, slice_count(window.count)); slice < first_slice + per_group; ++slice) {
     store_slice(slice, empty_partial());  // past the window's last slice (never read by the merge)
   }
