@@ -189,13 +189,15 @@ __device__ __forceinline__ void merge_partial(SoftmaxPartial& into, const Softma
 // `result` (empty on entry) — the same bits as the chain of that one slice (a merge into an empty
 // chain copies), without the chain's registers.
 // `slice_done` (a sliced fold with kChainSlices): instead of merging each complete slice into `result`,
-// hands it over as slice_done(s, partial) (s: the slice's index in the window), so a split unit folds
+// hands it over as slice_done(s, partial) (s: the slice's index in the window, computed from j_begin —
+// which is why a sliced fold's j_begin must be a multiple of kSliceCandidates), so a split unit folds
 // its consecutive slices in one stream of copies (split_event_unit).
 struct MergeSlices {};
 template <class Config, bool kChainSlices = Config::kSlicedFold, class Window, class SliceDone = MergeSlices>
 __device__ __forceinline__ void pool_candidates(const RingRows& rows, const Window& window, int j_begin, int j_end,
                                                 int lane, const Staging<Config>& staging, SoftmaxPartial& result,
                                                 const SliceDone& slice_done = {}) {
+  static_assert(kChainSlices || std::is_same_v<SliceDone, MergeSlices>, "slice_done needs a chained sliced fold");
   constexpr int kBatch = Config::kBatch;
   SoftmaxPartial slice;  // chained slices: the slice being folded
   SoftmaxPartial& acc = kChainSlices ? slice : result;
@@ -464,7 +466,8 @@ __device__ __forceinline__ void two_pass_event(const KernelParams& p, const Ring
 
 // Split unit `part` of split event `index` (one block; params.hpp): group g folds slices
 // (part·kGroups + g)·n .. + n − 1 (n = kMaxSplitSlices / (split_units·kGroups)), each from scratch,
-// into the step's partials scratch; the last unit of the event to finish merges
+// into the step's partials scratch (in an order rotated by `index`: no byte depends on it); the last
+// unit of the event to finish merges
 // the partials in two_pass_event's shape (group g: left fold over its slices [g·S/G, (g+1)·S/G);
 // then the groups in group order) and stores the entry.
 template <class Config>
@@ -478,8 +481,8 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
   const EventWindow window = event_window<Config>(p, rows, r, split.event);
   float* partials = p.split_partials + static_cast<std::int64_t>(index) * kMaxSplitSlices * 3 * c;  // [16][3][c]
   const int per_group = kMaxSplitSlices / (p.split_units * Config::kGroups);
-  // The group's slices are consecutive: one stream of copies folds them all, each slice from scratch
-  // (the next slice's first rows land while this one is folded), and each is stored as it completes.
+  // The group's slices are consecutive: one stream of copies a run (below) folds them, each slice from
+  // scratch (the next slice's first rows land while this one is folded), each stored as it completes.
   const int first_slice = (part * Config::kGroups + group) * per_group;
   const auto store_slice = [&](int slice, const SoftmaxPartial& partial) {
     store_partial(partials + slice * 3 * c + 4 * lane, c, partial);
