@@ -72,7 +72,11 @@ struct WgmmaPlan {
   // can follow these hand-overs; it counts the bar.sync's a thread passed, and the scorer and the
   // follower pass different numbers)
   static constexpr int kHandOver = kTables + kTableEntries * 4;
-  static constexpr int kEnd = kHandOver + 6 * 8;
+  // kClusterMerge: float2 (max, sum) [chunk c][head of this block's merge share], pushed by every chunk
+  // before the cluster barrier (merge_in_cluster). C · ⌈64 / C⌉ < 64 + C entries for C ≤ 16 chunks.
+  static constexpr int kPushedStats = kHandOver + 6 * 8;
+  static constexpr int kPushedStatsEntries = kHeads + 16;
+  static constexpr int kEnd = kPushedStats + kPushedStatsEntries * 8;
   static constexpr int kSmemBytes = kEnd + static_cast<int>(ptx::kSwizzleAtomBytes);  // + alignment slack
   // The merge keeps its weights [64][chunks] where the Q and K tiles were.
   static constexpr int kMaxChunks = kSlots / (kHeads * 4);
@@ -80,7 +84,7 @@ struct WgmmaPlan {
   static_assert(kConsumerThreads + 128 >= kTableEntries && kTables % 16 == 0, "one table entry per thread, aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the opt-in shared memory of one Hopper block");
   static_assert(kK % 1024 == 0 && kSlots % 16 == 0 && kValid % 16 == 0 && kLive % 16 == 0 && kRowMax % 16 == 0 &&
-                    kProb % 16 == 0 && kInv % 16 == 0 && kHandOver % 8 == 0,
+                    kProb % 16 == 0 && kInv % 16 == 0 && kHandOver % 8 == 0 && kPushedStats % 8 == 0,
                 "swizzled tiles on 1024-byte boundaries, every other region 16-byte aligned");
   // The gather: 4 producer threads per candidate, 32 candidates per pass, each thread 9 of the
   // entry's 36 16-byte pieces (7 code pieces sub + 4i, whose scale byte is i; then 2 RoPE pieces).
@@ -386,20 +390,28 @@ struct StagedRows {
 
 // Cluster sizes of the merge: 2..16 chunks (launch.cu).
 constexpr int kMaxClusterChunks = 16;
+static_assert(WgmmaPlan::kPushedStatsEntries >= WgmmaPlan::kHeads + kMaxClusterChunks - 1,
+              "C · ⌈64 / C⌉ pushed statistics fit for every cluster size C");
 
 // Part of merge_in_cluster: Σ_c w_c·O_c in chunk order for elements (float4 of a head row) [0, total),
 // element i at byte `offset(i)` of every chunk block's staged rows, then `finish(i, acc)`. kBatch
-// elements per thread at a time, their remote reads for kGroup chunks in flight together.
-template <int kBatch, int kGroup, class Offset, class Weight, class Finish>
+// elements per thread at a time, their remote reads for kGroup chunks in flight together. Every
+// thread runs the same rounds (reads and stores guarded), and calls `before_sum()` once, after the
+// first round's first reads are issued and before any weight is read: the weights are made while
+// those reads are in flight.
+template <int kBatch, int kGroup, class Offset, class Weight, class Finish, class BeforeSum>
 __device__ __forceinline__ void sum_chunks(const cooperative_groups::cluster_group& cluster, std::uint8_t* smem,
                                            int chunks, int total, int thread, int threads, Offset offset,
-                                           Weight weight, Finish finish) {
-  for (int first = thread; first < total; first += kBatch * threads) {
+                                           Weight weight, Finish finish, BeforeSum before_sum) {
+  const int rounds = max(1, (total + kBatch * threads - 1) / (kBatch * threads));
+  for (int round = 0; round < rounds; ++round) {
+    const int first = thread + round * kBatch * threads;
     float4 acc[kBatch];
-    int staged_offset[kBatch];
+    int element[kBatch], staged_offset[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      staged_offset[b] = offset(min(first + b * threads, total - 1));
+      element[b] = max(0, min(first + b * threads, total - 1));
+      staged_offset[b] = offset(element[b]);
       acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     for (int c0 = 0; c0 < chunks; c0 += kGroup) {
@@ -413,12 +425,13 @@ __device__ __forceinline__ void sum_chunks(const cooperative_groups::cluster_gro
             o[g][b] = *reinterpret_cast<const float4*>(theirs + staged_offset[b]);
         }
       }
+      if (round == 0 && c0 == 0) before_sum();
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) {
         if (c0 + g >= chunks) break;
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
-          const float w = weight(min(first + b * threads, total - 1), c0 + g);
+          const float w = weight(element[b], c0 + g);
           acc[b].x = accumulate_chunk(acc[b].x, o[g][b].x, w);
           acc[b].y = accumulate_chunk(acc[b].y, o[g][b].y, w);
           acc[b].z = accumulate_chunk(acc[b].z, o[g][b].z, w);
@@ -433,12 +446,15 @@ __device__ __forceinline__ void sum_chunks(const cooperative_groups::cluster_gro
 }
 
 // The consumers' end of a block launched in a cluster of the row's chunks (kClusterMerge): each block
-// stages its float32 O and (max, sum) per head in its own shared memory; after a cluster barrier, block
-// (chunk) r merges heads [r·n/C, (r+1)·n/C) of the tile for this part's dims, reading every chunk's
-// values through distributed shared memory in chunk order, with merge_chunks' arithmetic (the same
-// bytes as the merge through global memory); a second barrier keeps every block's shared memory alive
-// until the others have read it. `column0` is this thread's first staged column (dims, in the
-// consumer's slice). A remote read costs ≈ 0.4 µs, so every step issues all of its reads at once.
+// stages its float32 O in its own shared memory and pushes its (max, sum) of each head into the
+// shared memory of the block that merges that head; after a cluster barrier, block (chunk) r merges
+// heads [r·n/C, (r+1)·n/C) of the tile for this part's dims: it issues its reads of every chunk's
+// values through distributed shared memory, makes the weights from the pushed statistics (local: no
+// remote round trip) while they are in flight, then sums in chunk order with merge_chunks' arithmetic
+// (the same bytes as the merge through global memory); a second barrier keeps every block's shared
+// memory alive until the others have read it. `column0` is this thread's first staged column (dims,
+// in the consumer's slice). The kernel's start arrived on a cluster barrier that is waited here
+// before the first remote store (every block of the cluster has started).
 template <int kHeadTile, int kConsumerDims>
 __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p, const ChunkWork& work, int dim_begin,
                                                  int dims, std::uint8_t* smem, const float* s_tables,
@@ -450,9 +466,26 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   const int tile_heads = min(kHeadTile, p.num_heads - work.head0);
-  auto* s_stats = reinterpret_cast<float2*>(smem + W::kProb);  // [64] (max, sum) of this chunk
+  const int chunks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  // Block r merges heads [head_begin(r), head_begin(r + 1)); its pushed statistics are
+  // [chunk][head − head_begin(r)] with `share` heads a chunk (the most any block merges).
+  const auto head_begin = [&](int r) { return r * tile_heads / chunks; };
+  const int share = (tile_heads + chunks - 1) / chunks;
+  auto* s_pushed = reinterpret_cast<float2*>(smem + W::kPushedStats);
   const Staged own{smem + W::kQ + consumer * kHeadTile * Staged::kPitch};
   ptx::fence_proxy_async_shared();  // the tensor cores' reads of the tiles come before these writes
+  ptx::cluster_wait();              // the kernel start's arrival: every block of the cluster has started
+  // The statistics first: their remote stores complete (the barrier's release waits for them) while
+  // the values are staged.
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int local_head = frag_row + 8 * half;
+    if (consumer == 0 && quad == 0 && local_head < tile_heads) {
+      const int merger = ((local_head + 1) * chunks - 1) / tile_heads;  // the r with head_begin(r) ≤ head < head_begin(r + 1)
+      cluster.map_shared_rank(s_pushed, merger)[rank * share + local_head - head_begin(merger)] =
+          make_float2(run_max[half], row_sum[half]);
+    }
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int local_head = frag_row + 8 * half;
@@ -461,39 +494,38 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
     for (int j = 0; j < kConsumerDims / 8; ++j)
       *reinterpret_cast<float2*>(own.row(local_head) + (column0 + 8 * j) * 4) =
           make_float2(acc_o[4 * j + 2 * half], acc_o[4 * j + 2 * half + 1]);
-    if (consumer == 0 && quad == 0) s_stats[local_head] = make_float2(run_max[half], row_sum[half]);
   }
-  cluster.barrier_wait(cluster.barrier_arrive());  // every chunk's values are in place
+  cluster.barrier_wait(cluster.barrier_arrive());  // every chunk's values and statistics are in place
   DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeValuesPlaced));
 
-  const int chunks = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
-  const int head_begin = rank * tile_heads / chunks, head_end = (rank + 1) * tile_heads / chunks;
-  const int my_heads = head_end - head_begin;
+  const int my_begin = head_begin(rank), my_heads = head_begin(rank + 1) - my_begin;
   const int thread = ctid + consumer * 128;
   // Weights [my_heads][chunks] after the staged rows (free), 1/denominators in the merge's slot.
   auto* s_weights = reinterpret_cast<float*>(smem + W::kQ + 2 * kHeadTile * Staged::kPitch);
   auto* s_inv = reinterpret_cast<float*>(smem + W::kInv);
-  // The weights: one half-warp per head, lane c reading chunk c's statistics (all reads in flight at
-  // once; the consumers cover my_heads half-warps in rounds of 16).
-  for (int base = 0; base < my_heads * kMaxClusterChunks; base += W::kConsumerThreads) {
-    const int i = (base + thread) / kMaxClusterChunks, c = (base + thread) % kMaxClusterChunks;
-    const int local_head = head_begin + min(i, my_heads - 1);
-    const float2 mine = c < chunks ? cluster.map_shared_rank(s_stats, c)[local_head] : make_float2(0.0f, 0.0f);
-    float weight;
-    const RowNormalizer n =
-        merge_weights_half_warp(chunks, mine, c, __fmul_rn(s_tables[local_head], kLog2e), weight);
-    if (i < my_heads) {
-      if (c < chunks) s_weights[i * chunks + c] = weight;
-      if (c == 0) {
-        s_inv[i] = n.inv_denom;
-        if (write_lse) p.lse[work.row * p.num_heads + work.head0 + local_head] = n.lse;
-      }
-    }
-  }
   static_assert(W::kQ + 2 * kHeadTile * Staged::kPitch + kHeadTile * kMaxClusterChunks * 4 <= W::kSlots,
                 "the merge's weights fit where the Q and K tiles were");
-  ptx::barrier_sync(W::kConsumerBarrier, W::kConsumerThreads);
-  DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeWeightsDone));
+  // The weights: one half-warp per head, lane c taking chunk c's statistics (the consumers cover
+  // my_heads half-warps in rounds of 16); then the consumers' barrier before any is read.
+  const auto make_weights = [&] {
+    for (int base = 0; base < my_heads * kMaxClusterChunks; base += W::kConsumerThreads) {
+      const int i = (base + thread) / kMaxClusterChunks, c = (base + thread) % kMaxClusterChunks;
+      const int pushed = min(i, my_heads - 1);
+      const float2 mine = c < chunks ? s_pushed[c * share + pushed] : make_float2(0.0f, 0.0f);
+      float weight;
+      const RowNormalizer n =
+          merge_weights_half_warp(chunks, mine, c, __fmul_rn(s_tables[my_begin + pushed], kLog2e), weight);
+      if (i < my_heads) {
+        if (c < chunks) s_weights[i * chunks + c] = weight;
+        if (c == 0) {
+          s_inv[i] = n.inv_denom;
+          if (write_lse) p.lse[work.row * p.num_heads + work.head0 + my_begin + i] = n.lse;
+        }
+      }
+    }
+    ptx::barrier_sync(W::kConsumerBarrier, W::kConsumerThreads);
+    DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeWeightsDone));
+  };
 
   const bool has_rope = p.rope_cos != nullptr;
   const float* rope_cos = s_tables + kHeadTile;
@@ -501,13 +533,13 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
   const int quads = dims / 4;  // float4 per head row of this part
   const int total = my_heads * quads;
   const auto offset = [&](int i) {  // element i's byte offset in every block's staged rows
-    const int local_head = head_begin + i / quads, column = (i % quads) * 4;
+    const int local_head = my_begin + i / quads, column = (i % quads) * 4;
     return static_cast<int>(W::kQ) + (column / kConsumerDims) * kHeadTile * Staged::kPitch +
            local_head * Staged::kPitch + (column % kConsumerDims) * 4;
   };
   const auto weight = [&](int i, int c) { return s_weights[(i / quads) * chunks + c]; };
   const auto finish = [&](int i, const float4& acc) {
-    const int local = i / quads, local_head = head_begin + local, d = dim_begin + (i % quads) * 4;
+    const int local = i / quads, local_head = my_begin + local, d = dim_begin + (i % quads) * 4;
     const bool rotate = has_rope && d >= Entry::kNopeDim;
     const int pair = rotate ? rope_pair(d) : 0;
     *reinterpret_cast<uint2*>(p.out + (work.row * p.num_heads + work.head0 + local_head) * kDim + d) =
@@ -519,9 +551,10 @@ __device__ __forceinline__ void merge_in_cluster(const SparseAttentionParams& p,
   // A small merge (one element a thread, as a one-row decode's) reads every chunk at once; a large one
   // 4 elements × 4 chunks at a time.
   if (total <= W::kConsumerThreads)
-    sum_chunks<1, kMaxClusterChunks>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish);
+    sum_chunks<1, kMaxClusterChunks>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish,
+                                     make_weights);
   else
-    sum_chunks<4, 4>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish);
+    sum_chunks<4, 4>(cluster, smem, chunks, total, thread, W::kConsumerThreads, offset, weight, finish, make_weights);
   DSV4_TIMELINE(if (consumer == 0) timeline::mark(timeline::kMergeStored));
   // Nobody reads this block's shared memory any more. Relaxed: what the others must not outlive is
   // their reads of it, whose values they have used by now; a release would first wait for this
@@ -749,7 +782,9 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
       }
     }
   }
-  if constexpr (kPairDecode) ptx::cluster_arrive_relaxed();  // waited below: both CTAs' barriers exist
+  // kPairDecode: waited below (both CTAs' barriers exist); kClusterMerge: waited before the merge's
+  // first remote store (merge_in_cluster) or, by the producers, before its first barrier.
+  if constexpr (kPairDecode || kClusterMerge) ptx::cluster_arrive_relaxed();
   if (tid >= W::kConsumerThreads) {
     const int producer_tid = tid - W::kConsumerThreads;
     const int prefetcher = prefetch_index<kSync, W::kProducers>(
@@ -770,7 +805,8 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
     // Its last bulk copy to the peer is issued (the peer waits for those bytes itself): the producer
     // only counts itself in for the pair's exit barrier.
     if constexpr (kPairDecode) ptx::cluster_arrive();
-    if constexpr (kClusterMerge) {  // every thread of the cluster takes part in both cluster barriers
+    if constexpr (kClusterMerge) {  // every thread of the cluster takes part in the merge's cluster barriers
+      ptx::cluster_wait();            // the kernel start's arrival
       cooperative_groups::this_cluster().barrier_wait(cooperative_groups::this_cluster().barrier_arrive());
       ptx::cluster_arrive_relaxed();  // the merge's last barrier (merge_in_cluster)
     }
