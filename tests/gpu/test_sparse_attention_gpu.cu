@@ -35,7 +35,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 struct Pool : testing::RandomAttentionPool {
   Tensor device;
 
-  Pool(std::mt19937_64& rng, int per_page_, int num_pages_) : RandomAttentionPool(rng, per_page_, num_pages_, 7) {
+  Pool(std::mt19937_64& rng, int per_page_, int num_pages_, int binades = 7)
+      : RandomAttentionPool(rng, per_page_, num_pages_, binades) {
     device = Tensor::from_host(DType::U8, {num_pages, F::page_bytes(per_page)}, bytes.data(), Device::CUDA);
   }
   AttentionPoolView device_view() const { return {device.view(), per_page}; }
@@ -709,26 +710,21 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
 // One block per scale byte, one thread per code pair (lo, hi): the pair fills both byte positions
 // of each 16-bit selector (codes.x = lo | hi << 8 | lo << 16 | hi << 24, codes.y the same with the
 // bytes swapped), so every code meets every other code — sign and position — in one call.
+// kOneFactor: the one-multiply path (scale bytes ≤ kSingleMultiplyMaxScale only).
+template <bool kOneFactor>
 __global__ void dequantize_all_pairs(const std::uint8_t* scales /*[n]*/, int n, std::uint16_t* out /*[n][65536][8]*/) {
   const int s = blockIdx.y;
   const int pair = blockIdx.x * blockDim.x + threadIdx.x;  // lo + 256·hi
   if (s >= n || pair >= 65536) return;
   const std::uint32_t lo = pair & 0xff, hi = pair >> 8;
   const uint2 packed = make_uint2(lo | hi << 8 | lo << 16 | hi << 24, hi | lo << 8 | hi << 16 | lo << 24);
-  const uint4 v = cuda::sparse_attention::dequantize_e4m3x8(packed, scales[s]);
+  const uint4 v = cuda::sparse_attention::dequantize_e4m3x8<kOneFactor>(packed, scales[s]);
   memcpy(out + (static_cast<std::size_t>(s) * 65536 + pair) * 8, &v, 16);
 }
 
-TEST_F(SparseAttentionGpu, DequantizesEveryCodeAndScaleExactly) {
-  std::vector<std::uint8_t> scales;
-  for (int e = 0; e <= 254; ++e) scales.push_back(static_cast<std::uint8_t>(e));  // both multiply paths, under- and overflow
+// Every decoded pair of dequantize_all_pairs equals bf16(code × 2^(e − 127)).
+void expect_dequantized_exactly(const std::uint16_t* got, const std::vector<std::uint8_t>& scales) {
   const int n = static_cast<int>(scales.size());
-  Tensor d_scales = Tensor::from_host(DType::U8, {n}, scales.data(), Device::CUDA);
-  Tensor d_out = Tensor::empty(DType::BF16, {n, 65536, 8}, Device::CUDA);
-  dequantize_all_pairs<<<dim3(65536 / 256, n), 256>>>(d_scales.data_as<std::uint8_t>(), n, d_out.data_as<std::uint16_t>());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  Tensor host = d_out.to(Device::CPU);
-  const std::uint16_t* got = host.data_as<std::uint16_t>();
   for (int s = 0; s < n; ++s) {
     std::uint16_t expected[256];  // bf16 of code × 2^(e−127): exact in float, one rounding to bf16
     for (int code = 0; code < 256; ++code)
@@ -742,6 +738,49 @@ TEST_F(SparseAttentionGpu, DequantizesEveryCodeAndScaleExactly) {
             << "codes " << lo << ", " << hi << " position " << i << " scale byte " << int(scales[s]);
     }
   }
+}
+
+// Every scale byte, both paths (the two-multiply one for all 255, the one-multiply one where it
+// applies), under- and overflow.
+TEST_F(SparseAttentionGpu, DequantizesEveryCodeAndScaleExactly) {
+  for (const bool one_factor : {false, true}) {
+    SCOPED_TRACE(one_factor ? "one multiply" : "two multiplies");
+    std::vector<std::uint8_t> scales;
+    const int last = one_factor ? static_cast<int>(cuda::sparse_attention::kSingleMultiplyMaxScale) : 254;
+    for (int e = 0; e <= last; ++e) scales.push_back(static_cast<std::uint8_t>(e));
+    const int n = static_cast<int>(scales.size());
+    Tensor d_scales = Tensor::from_host(DType::U8, {n}, scales.data(), Device::CUDA);
+    Tensor d_out = Tensor::empty(DType::BF16, {n, 65536, 8}, Device::CUDA);
+    d_out.fill_bytes(0xFF);
+    const auto kernel = one_factor ? dequantize_all_pairs<true> : dequantize_all_pairs<false>;
+    kernel<<<dim3(65536 / 256, n), 256>>>(d_scales.data_as<std::uint8_t>(), n, d_out.data_as<std::uint16_t>());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Tensor host = d_out.to(Device::CPU);
+    expect_dequantized_exactly(host.data_as<std::uint16_t>(), scales);
+  }
+}
+
+// Extreme block scales in the attention itself: values over 36 binades put scale bytes above
+// kSingleMultiplyMaxScale in about one block in twelve, so entries of both decode paths meet in every
+// warp (the scale test above covers the arithmetic; this one the choice per entry). Queries scaled
+// down so that the scores stay in a range the tolerance is made for.
+TEST_F(SparseAttentionGpu, ExtremeBlockScalesDecodeExactly) {
+  const Pool window(rng, 64, 4, 36), compressed(rng, 64, 8, 36);
+  Problem p(rng, window, compressed, 4, 64, 128, 512);
+  for (auto& x : p.q) x = bf16_bits_from_float(float_from_bf16_bits(x) * 0x1p-17f);
+  p.random_slots(rng, 0.05);
+  std::vector<int> high(2, 0);  // entries with a scale byte above the range, below it
+  for (const Pool* pool : {&window, &compressed})
+    for (std::int64_t slot = 0; slot < pool->slots(); ++slot) {
+      const std::uint8_t* page = pool->bytes.data() + (slot / pool->per_page) * F::page_bytes(pool->per_page);
+      const std::uint8_t* record = page + F::scale_offset(static_cast<int>(slot % pool->per_page), pool->per_page);
+      const bool above = std::any_of(record, record + F::kNumScales,
+                                     [](std::uint8_t e) { return e > cuda::sparse_attention::kSingleMultiplyMaxScale; });
+      ++high[above ? 0 : 1];
+    }
+  ASSERT_GT(high[0], 0) << "no entry takes the two-multiply path";
+  ASSERT_GT(high[1], 0) << "no entry takes the one-multiply path";
+  expect_matches_reference(p, chunked(), "extreme block scales");
 }
 
 // ---- CUDA-side argument checks -------------------------------------------------------------------

@@ -45,23 +45,41 @@ __device__ __forceinline__ ScaleFactors scale_factors(std::uint32_t e) {
 }
 
 // Eight codes (`codes`.x bytes 0..3 then .y bytes 0..3) with scale factors `f` → eight bf16, in order.
+// kOneFactor: only f.first is applied — exact where the scale byte is ≤ kSingleMultiplyMaxScale (then
+// f.second is 1); callers that know every scale byte of their codes is in that range save a multiply
+// a pair.
+template <bool kOneFactor = false>
 __device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, ScaleFactors f) {
   std::uint32_t v[4] = {e4m3x2_to_bf16x2_times_2pow_m120(codes.x, kCodes01), e4m3x2_to_bf16x2_times_2pow_m120(codes.x, kCodes23),
                         e4m3x2_to_bf16x2_times_2pow_m120(codes.y, kCodes01), e4m3x2_to_bf16x2_times_2pow_m120(codes.y, kCodes23)};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = ptx::mul_bf16x2(ptx::mul_bf16x2(v[i], f.first), f.second);
+  for (int i = 0; i < 4; ++i) {
+    v[i] = ptx::mul_bf16x2(v[i], f.first);
+    if constexpr (!kOneFactor) v[i] = ptx::mul_bf16x2(v[i], f.second);
+  }
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
-// The same with scale byte `e`.
+// The same with scale byte `e` (kOneFactor: e ≤ kSingleMultiplyMaxScale).
+template <bool kOneFactor = false>
 __device__ __forceinline__ uint4 dequantize_e4m3x8(uint2 codes, std::uint32_t e) {
-  return dequantize_e4m3x8(codes, scale_factors(e));
+  return dequantize_e4m3x8<kOneFactor>(codes, scale_factors(e));
 }
 
 // Sixteen codes sharing scale byte `e` → sixteen bf16 (`lo` the first eight, `hi` the last eight).
+template <bool kOneFactor = false>
 __device__ __forceinline__ void dequantize_e4m3x16(uint4 codes, std::uint32_t e, uint4& lo, uint4& hi) {
   const ScaleFactors f = scale_factors(e);
-  lo = dequantize_e4m3x8(make_uint2(codes.x, codes.y), f);
-  hi = dequantize_e4m3x8(make_uint2(codes.z, codes.w), f);
+  lo = dequantize_e4m3x8<kOneFactor>(make_uint2(codes.x, codes.y), f);
+  hi = dequantize_e4m3x8<kOneFactor>(make_uint2(codes.z, codes.w), f);
+}
+
+// Whether every one of the `bytes` low scale bytes of a record is ≤ kSingleMultiplyMaxScale.
+__device__ __forceinline__ bool scales_take_one_factor(uint2 record, int bytes) {
+  bool one = true;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (i < bytes) one = one && (((i < 4 ? record.x : record.y) >> (8 * (i % 4))) & 0xffu) <= kSingleMultiplyMaxScale;
+  return one;
 }
 
 }  // namespace dsv4::cuda::sparse_attention
