@@ -68,9 +68,12 @@ struct SparseAttentionOptions {
   // force it. Splitting applies where H is a multiple of 64; other H ignore it.
   int output_parts = 0;
   // CUDA only, optional: scratch of at least sparse_attention_workspace_bytes() bytes (U8, on the GPU),
-  // any contents; each call clears the few hundred bytes of chunk counters it uses (one memset), so one
-  // workspace serves calls of every shape up to its size. Without it, each call allocates and clears
-  // its own (stream-ordered).
+  // any contents; a call that merges chunks through it clears the few hundred bytes of chunk counters
+  // it uses (one memset), so one workspace serves calls of every shape up to its size. Without it,
+  // each call of rows of several chunks allocates its own (stream-ordered) — a step in the stream that
+  // keeps the attention from starting early behind the kernel before it (the attention's blocks may
+  // take free SMs and read their parameters while that kernel finishes, and wait for it before they
+  // read any input: programmatic dependent launch; DSV4_ATTENTION_EARLY_LAUNCH=0 turns it off).
   TensorView workspace;
   // CUDA only: the cudaStream_t to run on (nullptr: the default stream).
   void* stream = nullptr;

@@ -107,12 +107,8 @@ void run_cuda(const TensorView& q, const AttentionPoolView& window, const Attent
     p.partial_out = reinterpret_cast<float*>(base + layout.partial_out);
     p.partial_stats = reinterpret_cast<float*>(base + layout.partial_stats);
     p.arrivals = reinterpret_cast<std::int32_t*>(base + layout.arrivals);
-    // Only the arrival counters must start at zero (every partial is written before it is read). The
-    // kernels leave them zeroed, but where they sit depends on the shape: after a call of another shape
-    // they may overlay that call's partial sums. Clearing them (a few hundred bytes) lets one caller
-    // workspace serve every shape up to its size.
-    require(cudaMemsetAsync(base + layout.arrivals, 0, layout.total - layout.arrivals, stream) == cudaSuccess,
-            "device", "cudaMemsetAsync failed");
+    // The launcher clears the arrival counters before a launch that merges through this workspace
+    // (launch_tile.cuh: launch_blocks); a cluster-merged launch does not touch it.
   }
   try {
     cuda::launch_sparse_attention(p, options.stream);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/common/ptx_sm90.cuh"
 #include "cuda/sparse_attention/dequant.cuh"
 #include "cuda/sparse_attention/params.hpp"  // set_cluster_merge
 #include "dsv4/cache_format.hpp"
@@ -108,7 +110,10 @@ struct Problem {
     return part;
   }
 
-  Outputs run(Device device, SparseAttentionOptions options = chunked()) const {
+  // `before_call(q)`, if given, runs with the device Q just before the call (the early-launch test
+  // replaces it there by a kernel that writes Q late).
+  Outputs run(Device device, SparseAttentionOptions options = chunked(),
+              const std::function<void(Tensor&)>& before_call = nullptr) const {
     const auto put = [&](DType t, Shape shape, const void* data) {
       return Tensor::from_host(t, std::move(shape), data, device);
     };
@@ -128,6 +133,7 @@ struct Problem {
       options.rope_sin = sin_t.view();
     }
     const bool gpu = device == Device::CUDA;
+    if (before_call) before_call(tq);
     sparse_attention(tq.view(), gpu ? window->device_view() : window->host_view(),
                      gpu ? compressed->device_view() : compressed->host_view(), tw.view(), tc.view(), ts.view(),
                      out.view(), lse.view(), options);
@@ -703,6 +709,81 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
     expect_same_bytes(with_shared, with_own, what + ": the caller's workspace (against an own one)");
     expect_close(with_shared, p.run(Device::CPU), what.c_str());
   }
+}
+
+// ---- the early launch ------------------------------------------------------------------------------
+
+// Lets the next launch start at once, waits `delay_ns` (thread 0 of each block, then the block), then
+// copies n bf16 values from src to dst: a kernel whose output an early-launched attention must wait for.
+__global__ void copy_late(std::uint16_t* dst, const std::uint16_t* src, std::size_t n, unsigned long long delay_ns) {
+  cuda::ptx::allow_dependent_launch();
+  if (threadIdx.x == 0) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+      __nanosleep(1000);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < delay_ns);
+  }
+  __syncthreads();
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}
+
+// The attention launched right behind a kernel that allows early launches and writes Q only after
+// 200 µs: with the early launch its blocks start during that wait, and must wait for the kernel before
+// reading Q (Q holds NaN until then: a read before the wait shows in every output). One-chunk rows,
+// the pair decode, rows merged in a cluster, rows merged through the workspace (its counters cleared
+// by a memset before the launch), the 16-head tile; and a plain launch in 4 output parts, which does
+// not launch early (launch_blocks) but must give the same results.
+TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
+  const bool was = cuda::set_early_launch(true);
+  const cuda::ClusterMerge merge_was = cuda::cluster_merge();
+  const Pool window(rng, 64, 4), compressed(rng, 64, 16);
+  // A blocking stream: the helpers' copies and memsets on the legacy stream stay ordered with it.
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  struct Shape {
+    int rows, heads, split, parts;
+    cuda::ClusterMerge merge;
+    bool early;
+    const char* what;
+  };
+  for (const Shape shape : {Shape{2, 64, 1152, 1, cuda::ClusterMerge::automatic, true, "one chunk"},
+                            Shape{1, 128, 1152, 1, cuda::ClusterMerge::automatic, true, "pair decode"},
+                            Shape{1, 64, 64, 0, cuda::ClusterMerge::forced, true, "cluster merge"},
+                            Shape{3, 64, 192, 1, cuda::ClusterMerge::off, true, "workspace merge"},
+                            Shape{2, 16, 1152, 0, cuda::ClusterMerge::automatic, true, "16-head tile"},
+                            Shape{1, 64, 1152, 0, cuda::ClusterMerge::automatic, false, "4 output parts"}}) {
+    Problem p(rng, window, compressed, shape.rows, shape.heads, 128, 512);
+    p.random_slots(rng, 0.05);
+    cuda::set_cluster_merge(shape.merge);
+    SparseAttentionOptions options;
+    options.split_candidates = shape.split;
+    options.output_parts = shape.parts;
+    options.stream = stream;
+    Tensor workspace;
+    const std::size_t scratch = sparse_attention_workspace_bytes(shape.rows, shape.heads, 128 + 512, shape.split);
+    if (scratch > 0) {
+      workspace = Tensor::empty(DType::U8, {static_cast<std::int64_t>(scratch)}, Device::CUDA);
+      workspace.fill_bytes(0x5A);
+      options.workspace = workspace.view();
+    }
+    Tensor q_source = Tensor::from_host(DType::BF16, {shape.rows, shape.heads, F::kDim}, p.q.data(), Device::CUDA);
+    const Outputs gpu = p.run(Device::CUDA, options, [&](Tensor& q) {
+      q.fill_bytes(0xFF);  // NaN until the late copy
+      copy_late<<<4, 256, 0, stream>>>(q.data_as<std::uint16_t>(), q_source.data_as<std::uint16_t>(),
+                                        static_cast<std::size_t>(q.numel()), 200'000);
+      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    });
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(cuda::last_launch_early(), shape.early) << shape.what;
+    if (shape.merge == cuda::ClusterMerge::forced) EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << shape.what;
+    if (shape.heads == 128) EXPECT_TRUE(cuda::last_launch_pair_decode()) << shape.what;
+    expect_close(gpu, p.run(Device::CPU), shape.what);
+  }
+  cuda::set_cluster_merge(merge_was);
+  cuda::set_early_launch(was);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 // ---- the FP8 dequantization, exhaustively --------------------------------------------------------

@@ -31,6 +31,14 @@ __device__ __forceinline__ void cp_async_cg16(void* shared, const void* global, 
                : "memory");
 }
 
+// Programmatic dependent launch. allow_dependent_launch: a kernel launched after this one with the
+// programmatic-serialization attribute may start (its blocks take free SMs) once every block of this
+// grid has executed it. wait_for_prerequisite_grids: blocks here until the grids this one was launched
+// after have completed and their memory is visible (returns at once without that attribute) — so a
+// kernel that may be launched early executes it before its first read of another kernel's output.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
 // Closes the group of this thread's cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are in flight; the completed copies

@@ -456,6 +456,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   using T = Traits<kHeadTile>;
   constexpr int kMT = T::kMTiles;
   constexpr int kThreads = T::kThreads;
+  ptx::allow_dependent_launch();  // the next kernel may take free SMs now (it waits for this one's end)
   extern __shared__ __align__(128) std::uint8_t smem[];
   auto* s_q = reinterpret_cast<std::uint16_t*>(smem + T::kQ);         // [kHeadTile][kRowPitch] bf16
   auto* s_k = reinterpret_cast<std::uint16_t*>(smem + T::kK);         // [64][kRowPitch] bf16
@@ -477,6 +478,8 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   const ChunkWork work = chunk_of_block(p, kHeadTile);
   const int head0 = work.head0, chunk = work.chunk, chunk_begin = work.chunk_begin;
   const std::int64_t row = work.row;
+  // Launched early (programmatic dependent launch, launch_tile.cuh): every input is read after this.
+  ptx::wait_for_prerequisite_grids();
 
   // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out.
   const int num_live = plan_chunk<kThreads>(p, work, s_slots, s_valid, s_live, [&] {

@@ -58,6 +58,7 @@ EnvironmentSwitch cluster_merge_switch{"DSV4_ATTENTION_CLUSTER_MERGE", "0 (off) 
                                        static_cast<int>(ClusterMerge::forced), static_cast<int>(ClusterMerge::automatic)};
 EnvironmentSwitch asymmetric_switch{"DSV4_ATTENTION_ASYMMETRIC", "0 or 1", 1, 1};
 EnvironmentSwitch pair_decode_switch{"DSV4_ATTENTION_PAIR_DECODE", "0 or 1", 1, 1};
+EnvironmentSwitch early_launch_switch{"DSV4_ATTENTION_EARLY_LAUNCH", "0 or 1", 1, 1};
 static_assert(static_cast<int>(ClusterMerge::off) == 0, "\"0\" is off");
 }  // namespace
 
@@ -79,6 +80,11 @@ bool pair_decode() { return pair_decode_switch.get() != 0; }
 bool set_pair_decode(bool on) { return pair_decode_switch.set(on ? 1 : 0) != 0; }
 bool last_launch_pair_decode() { return pair_decode_switch.last.load(std::memory_order_relaxed); }
 void note_pair_decode_launch(bool paired) { pair_decode_switch.last.store(paired, std::memory_order_relaxed); }
+
+bool early_launch() { return early_launch_switch.get() != 0; }
+bool set_early_launch(bool on) { return early_launch_switch.set(on ? 1 : 0) != 0; }
+bool last_launch_early() { return early_launch_switch.last.load(std::memory_order_relaxed); }
+void note_early_launch(bool early) { early_launch_switch.last.store(early, std::memory_order_relaxed); }
 
 void launch_sparse_attention(const SparseAttentionParams& request, void* stream_handle) {
   auto stream = static_cast<cudaStream_t>(stream_handle);

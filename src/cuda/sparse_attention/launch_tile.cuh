@@ -35,20 +35,44 @@ inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_by
 }
 
 // Launches `kernel` (one instantiation, shared memory configured once per process) over `blocks`,
-// in clusters of `cluster_size` consecutive blocks when it is above 1.
+// in clusters of `cluster_size` consecutive blocks when it is above 1 (`merged_in_cluster`: clusters
+// of a row's chunks, which merge without the workspace; the pair decode's pairs merge through it).
+// With early_launch() (the default) the launch may start before the kernel ahead of it in the stream
+// has finished, once that kernel allows it (ptx::allow_dependent_launch): the blocks take free SMs and
+// read their parameters, and wait (ptx::wait_for_prerequisite_grids) before reading any input. After
+// a kernel that does not allow it, or a copy or memset, it starts as any launch does. `early_allowed`
+// false: never (the plain launches in 2 or 4 output parts: measured 1.7–2.7% slower a call in a graph
+// of 8 layers' calls with it, notes-sparse-attention §31).
 template <class Kernel>
 void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks, const SparseAttentionParams& params,
-                   cudaStream_t stream, int cluster_size = 1) {
+                   cudaStream_t stream, int cluster_size = 1, bool merged_in_cluster = false,
+                   bool early_allowed = true) {
   if (blocks > 0x7fffffffLL) throw Error("q", "too many rows × heads × chunks for one launch");
-  if (cluster_size == 1) {
-    kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(params);
-    check_cuda(cudaGetLastError(), "sparse attention launch failed");
-    return;
+  if (params.num_splits > 1 && !merged_in_cluster) {
+    // A merge through the workspace: only its arrival counters must start at zero (every partial is
+    // written before it is read). The kernels leave them zeroed, but where they sit depends on the
+    // shape — after a call of another shape they may overlay that call's partial sums — so they are
+    // cleared (a few hundred bytes), and one caller workspace serves every shape up to its size.
+    // Cluster-merged launches skip it: no memset stands between them and the kernel before them.
+    const WorkspaceLayout layout = workspace_layout(params.num_rows, params.num_heads, params.num_splits);
+    check_cuda(cudaMemsetAsync(params.arrivals, 0, layout.total - layout.arrivals, stream),
+               "cannot clear the sparse attention workspace's counters");
   }
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config =
-      cluster_config(static_cast<unsigned>(blocks), threads, smem_bytes, cluster_size, stream, attribute);
-  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention cluster launch failed");
+  cudaLaunchAttribute attributes[2];  // the cluster's (kept where cluster_size > 1), the early launch's
+  cudaLaunchConfig_t config =
+      cluster_config(static_cast<unsigned>(blocks), threads, smem_bytes, cluster_size, stream, attributes[0]);
+  unsigned count = cluster_size > 1 ? 1 : 0;
+  const bool early = early_allowed && early_launch();
+  if (early) {
+    attributes[count] = {};
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention launch failed");
+  note_early_launch(early);
 }
 
 // The opt-in shared memory size is a per-function attribute: set once per instantiation.
@@ -149,10 +173,11 @@ void launch_wgmma(const SparseAttentionParams& params, long long blocks, cudaStr
     // A cluster holds one (row, tile, part)'s chunks as consecutive blocks: row-major grid order.
     SparseAttentionParams clustered = params;
     clustered.order_group = 1;
-    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, clustered, stream, size);
+    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, clustered, stream, size, true);
     note_cluster_merge_launch(true);
   } else {
-    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream);
+    launch_blocks(kernel, Roles::kThreads, WgmmaPlan::kSmemBytes, blocks * kDimSplit, params, stream, 1, false,
+                  kDimSplit == 1);
   }
   if constexpr (kAsymmetric) note_asymmetric_launch(true);
 }

@@ -129,6 +129,15 @@ bool set_pair_decode(bool on);
 bool pair_decode();
 bool last_launch_pair_decode();
 void note_pair_decode_launch(bool paired);  // the launcher's record of it
+// The early launch (programmatic dependent launch, launch_tile.cuh: launch_blocks): the attention's
+// blocks may start while the kernel before them finishes, and wait for it before reading any input;
+// the same bytes. On unless DSV4_ATTENTION_EARLY_LAUNCH=0 (read once; another value than 0 or 1
+// throws Error naming it) or turned off here. Returns the setting before the call.
+// last_launch_early: whether the last launch of an attention kernel asked for it.
+bool set_early_launch(bool on);
+bool early_launch();
+bool last_launch_early();
+void note_early_launch(bool early);  // the launcher's record of it
 // Whether the last launch_sparse_attention of this process merged in clusters (false when the mode
 // was off, no row had 2..16 chunks, the device could not schedule the cluster size, or `automatic`
 // kept the grid plain by clusters_keep_waves: the same bytes through the workspace). For tests: a

@@ -716,6 +716,7 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   // The epilogue stages each consumer's rows (bf16 output, or float32 partials) where Q and the K tiles were.
   static_assert(W::kConsumers * kHeadTile * StagedRows<kConsumerDims * 4, 8>::kPitch <= W::kSlots - W::kQ,
                 "staged rows fit in the Q and K tiles");
+  ptx::allow_dependent_launch();  // the next kernel may take free SMs now (it waits for this one's end)
   extern __shared__ __align__(16) std::uint8_t smem_unaligned[];
   const std::uint32_t misalignment = ptx::smem_address(smem_unaligned) % ptx::kSwizzleAtomBytes;
   std::uint8_t* smem = smem_unaligned + (ptx::kSwizzleAtomBytes - misalignment) % ptx::kSwizzleAtomBytes;
@@ -754,6 +755,9 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   const int head0 = work.head0;
   const std::int64_t row = work.row;
   DSV4_TIMELINE(timeline::mark_start());
+  // Launched early (programmatic dependent launch, launch_tile.cuh), the block has come this far — its
+  // parameters read — while the kernels before it finish; every input is read after this wait.
+  ptx::wait_for_prerequisite_grids();
 
   // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out;
   // by all threads. The epilogue's sinks and RoPE tables come in the same round trip (read at the
