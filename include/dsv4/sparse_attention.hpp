@@ -70,10 +70,14 @@ struct SparseAttentionOptions {
   // CUDA only, optional: scratch of at least sparse_attention_workspace_bytes() bytes (U8, on the GPU),
   // any contents; a call that merges chunks through it clears the few hundred bytes of chunk counters
   // it uses (one memset), so one workspace serves calls of every shape up to its size. Without it,
-  // each call of rows of several chunks allocates its own (stream-ordered) — a step in the stream that
-  // keeps the attention from starting early behind the kernel before it (the attention's blocks may
-  // take free SMs and read their parameters while that kernel finishes, and wait for it before they
-  // read any input: programmatic dependent launch; DSV4_ATTENTION_EARLY_LAUNCH=0 turns it off).
+  // each call of rows of several chunks allocates its own (stream-ordered; in a captured graph an
+  // allocation step, which keeps the attention from starting early behind the kernel before it).
+  // Early launch (CUDA; DSV4_ATTENTION_EARLY_LAUNCH=0 turns it off): the attention's blocks may take
+  // free SMs and read their parameters while the kernel before them in the stream finishes, if that
+  // kernel allows it (griddepcontrol.launch_dependents), and wait for it before reading or writing
+  // any tensor. The attention itself allows it at its start: a kernel launched after it with
+  // programmatic stream serialization must execute griddepcontrol.wait before it reads out, lse or the
+  // workspace, or writes any of the attention's inputs (launches without that attribute wait as usual).
   TensorView workspace;
   // CUDA only: the cudaStream_t to run on (nullptr: the default stream).
   void* stream = nullptr;

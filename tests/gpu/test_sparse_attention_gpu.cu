@@ -732,9 +732,9 @@ __global__ void copy_late(std::uint16_t* dst, const std::uint16_t* src, std::siz
 // The attention launched right behind a kernel that allows early launches and writes Q only after
 // 200 µs: with the early launch its blocks start during that wait, and must wait for the kernel before
 // reading Q (Q holds NaN until then: a read before the wait shows in every output). One-chunk rows,
-// the pair decode, rows merged in a cluster, rows merged through the workspace (its counters cleared
-// by a memset before the launch), the 16-head tile; and a plain launch in 4 output parts, which does
-// not launch early (launch_blocks) but must give the same results.
+// the pair decode, rows merged in a cluster and the 16-head tile start early; rows merged through the
+// workspace (the counters' memset stands between the two kernels) and a plain launch in 4 output parts
+// (launch_blocks keeps it ordinary) do not, and must give the same results.
 TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
   const bool was = cuda::set_early_launch(true);
   const cuda::ClusterMerge merge_was = cuda::cluster_merge();

@@ -33,9 +33,11 @@ __device__ __forceinline__ std::uint32_t bf16x2_power_of_two(std::uint32_t field
 inline constexpr std::uint32_t kSingleMultiplyMaxScale = 134;
 
 // The two factors whose product is 2^(e−7): (2^(e−7), 1) while that is a normal bf16, else
-// (2^120, 2^(e−127)). Both multiplies always run — the second by exactly 1 changes no bit — so the
-// decode is straight-line code: a branch per scale kept the compiler from interleaving independent
-// codes, and the decode ran at about one instruction per seven cycles (Nsight Compute, H200).
+// (2^120, 2^(e−127)). In the general path both multiplies always run — the second by exactly 1
+// changes no bit — so the decode is straight-line code: a branch per scale kept the compiler from
+// interleaving independent codes, and the decode ran at about one instruction per seven cycles
+// (Nsight Compute, H200). Callers that know all their scale bytes are ≤ kSingleMultiplyMaxScale
+// take the kOneFactor path below (one branch per entry, not per scale).
 struct ScaleFactors {
   std::uint32_t first, second;  // bf16x2
 };

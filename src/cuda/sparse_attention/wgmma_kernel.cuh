@@ -754,10 +754,11 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   if constexpr (kPairDecode) work.head0 = static_cast<int>(hand_over.rank) * kHeadTile;
   const int head0 = work.head0;
   const std::int64_t row = work.row;
-  DSV4_TIMELINE(timeline::mark_start());
   // Launched early (programmatic dependent launch, launch_tile.cuh), the block has come this far — its
-  // parameters read — while the kernels before it finish; every input is read after this wait.
+  // parameters read — while the kernels before it finish; every input is read, and every global
+  // store made (the timeline's too), after this wait.
   ptx::wait_for_prerequisite_grids();
+  DSV4_TIMELINE(timeline::mark_start());
 
   // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out;
   // by all threads. The epilogue's sinks and RoPE tables come in the same round trip (read at the
