@@ -75,12 +75,17 @@ __device__ __forceinline__ void dequantize_e4m3x16(uint4 codes, std::uint32_t e,
   hi = dequantize_e4m3x8<kOneFactor>(make_uint2(codes.z, codes.w), f);
 }
 
+// Scale byte i (0..7) of an entry's 8-byte scale record, as loaded (.x bytes 0..3, then .y).
+__device__ __forceinline__ std::uint32_t scale_byte(uint2 record, int i) {
+  return ((i < 4 ? record.x : record.y) >> (8 * (i % 4))) & 0xffu;
+}
+
 // Whether every one of the `bytes` low scale bytes of a record is ≤ kSingleMultiplyMaxScale.
 __device__ __forceinline__ bool scales_take_one_factor(uint2 record, int bytes) {
   bool one = true;
 #pragma unroll
   for (int i = 0; i < 8; ++i)
-    if (i < bytes) one = one && (((i < 4 ? record.x : record.y) >> (8 * (i % 4))) & 0xffu) <= kSingleMultiplyMaxScale;
+    if (i < bytes) one = one && scale_byte(record, i) <= kSingleMultiplyMaxScale;
   return one;
 }
 

@@ -198,9 +198,8 @@ __device__ __forceinline__ void store_entry_share(const EntryShare& share, std::
   const auto decode_codes = [&](auto one_factor) {
 #pragma unroll
     for (int i = 0; i < WgmmaPlan::kCodePiecesPerThread; ++i) {
-      const std::uint32_t scale = ((i < 4 ? share.scales.x : share.scales.y) >> (8 * (i % 4))) & 0xffu;
       uint4 lo, hi;
-      dequantize_e4m3x16<decltype(one_factor)::value>(share.piece[i], scale, lo, hi);
+      dequantize_e4m3x16<decltype(one_factor)::value>(share.piece[i], scale_byte(share.scales, i), lo, hi);
       const int d = 16 * (sub + kSplit * i);
       *reinterpret_cast<uint4*>(tile + tile_offset(e, d)) = lo;
       *reinterpret_cast<uint4*>(tile + tile_offset(e, d + 8)) = hi;
