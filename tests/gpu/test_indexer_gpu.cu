@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/indexer_testing.hpp"
+#include "gpu/late_writer.cuh"
 #include "dsv4/indexer.hpp"
 #include "dsv4/rope.hpp"
 
@@ -124,6 +125,39 @@ TEST_P(IndexerScoresGpu, RerunIsBitIdentical) {
   check_scores(batch, &a);
   check_scores(batch, &b);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// The score kernel launched right behind a kernel that allows early launches and writes every input
+// 200 µs late (queries, weights and scales NaN or 0xFF, rows −1, pages 0xFF until then): started early,
+// it must wait for that kernel before reading; the scores must be the plain run's bytes.
+TEST_P(IndexerScoresGpu, EarlyLaunchWaitsForTheKernelBefore) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  // Two requests, and one (the one-request decode path reads its first pages right after the wait).
+  for (const std::vector<std::vector<int>>& visible :
+       {std::vector<std::vector<int>>{testing::causal_visible(4000, 2, 4), testing::causal_visible(900, 1, 4)},
+        std::vector<std::vector<int>>{testing::causal_visible(4000, 1, 4)}}) {
+    IndexerBatch batch = make_indexer_batch(rng, GetParam(), 64, 64, visible, 1100);
+    DeviceBatch device(batch);
+    const testing::TestStream stream;
+    IndexerOptions options;
+    options.check_contents = false;  // no host round trip between the two kernels
+    options.stream = stream.stream;
+    Tensor plain = Tensor::empty(DType::F32, {batch.num_rows, batch.num_cols}, Device::CUDA);
+    Tensor late = Tensor::empty(DType::F32, {batch.num_rows, batch.num_cols}, Device::CUDA);
+    indexer_scores(device.q.view(), device.keys(), device.rows(), plain.view(), options);  // also loads the kernel
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+    late.fill_bytes(0x7f);
+    {
+      const testing::LateWriter writer({&device.q.codes, &device.q.scales, &device.q.weights, &device.pages,
+                                        &device.query_start, &device.visible, &device.page_table},
+                                       stream.stream);
+      indexer_scores(device.q.view(), device.keys(), device.rows(), late.view(), options);
+      ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+    }
+    const std::vector<float> want = to_host(plain), got = to_host(late);
+    ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+        << visible.size() << " requests: scores differ from the plain run";
+  }
 }
 
 TEST_P(IndexerScoresGpu, PageOutsideThePoolGivesNaNWithoutReadingIt) {

@@ -9,14 +9,17 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "cuda/common/ptx_sm90.cuh"
+#include "cpu/indexer_testing.hpp"  // host_view
+#include "gpu/late_writer.cuh"
 #include "cuda/sparse_attention/dequant.cuh"
 #include "cuda/sparse_attention/params.hpp"  // set_cluster_merge
 #include "dsv4/cache_format.hpp"
@@ -24,6 +27,7 @@
 #include "dsv4/formats.hpp"
 #include "dsv4/sparse_attention.hpp"
 #include "dsv4/tensor.hpp"
+#include "dsv4/topk.hpp"
 #include "testing/attention_pool.hpp"
 #include "testing/testing.hpp"
 
@@ -110,10 +114,10 @@ struct Problem {
     return part;
   }
 
-  // `before_call(q)`, if given, runs with the device Q just before the call (the early-launch test
-  // replaces it there by a kernel that writes Q late).
+  // `before_call(inputs)`, if given, runs with the device inputs just before the call (the early-launch
+  // test replaces them there by a kernel that writes them late).
   Outputs run(Device device, SparseAttentionOptions options = chunked(),
-              const std::function<void(Tensor&)>& before_call = nullptr) const {
+              const std::function<void(std::initializer_list<Tensor*>)>& before_call = nullptr) const {
     const auto put = [&](DType t, Shape shape, const void* data) {
       return Tensor::from_host(t, std::move(shape), data, device);
     };
@@ -133,7 +137,7 @@ struct Problem {
       options.rope_sin = sin_t.view();
     }
     const bool gpu = device == Device::CUDA;
-    if (before_call) before_call(tq);
+    if (before_call) before_call({&tq, &tw, &tc, &ts});
     sparse_attention(tq.view(), gpu ? window->device_view() : window->host_view(),
                      gpu ? compressed->device_view() : compressed->host_view(), tw.view(), tc.view(), ts.view(),
                      out.view(), lse.view(), options);
@@ -209,6 +213,7 @@ struct SettingScope {
 using ClusterMergeScope = SettingScope<cuda::ClusterMerge, &cuda::set_cluster_merge>;
 using AsymmetricScope = SettingScope<bool, &cuda::set_asymmetric_consumers>;
 using PairDecodeScope = SettingScope<bool, &cuda::set_pair_decode>;
+using EarlyLaunchScope = SettingScope<bool, &cuda::set_early_launch>;
 
 class SparseAttentionGpu : public ::testing::Test {
  protected:
@@ -713,35 +718,18 @@ TEST_F(SparseAttentionGpu, CallerWorkspaceServesEveryShapeUpToItsSize) {
 
 // ---- the early launch ------------------------------------------------------------------------------
 
-// Lets the next launch start at once, waits `delay_ns` (thread 0 of each block, then the block), then
-// copies n bf16 values from src to dst: a kernel whose output an early-launched attention must wait for.
-__global__ void copy_late(std::uint16_t* dst, const std::uint16_t* src, std::size_t n, unsigned long long delay_ns) {
-  cuda::ptx::allow_dependent_launch();
-  if (threadIdx.x == 0) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-      __nanosleep(1000);
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < delay_ns);
-  }
-  __syncthreads();
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
-}
-
-// The attention launched right behind a kernel that allows early launches and writes Q only after
-// 200 µs: with the early launch its blocks start during that wait, and must wait for the kernel before
-// reading Q (Q holds NaN until then: a read before the wait shows in every output). One-chunk rows,
-// the pair decode, rows merged in a cluster and the 16-head tile start early; rows merged through the
-// workspace (the counters' memset stands between the two kernels) and a plain launch in 4 output parts
-// (launch_blocks keeps it ordinary) do not, and must give the same results.
+// The attention launched right behind a kernel that allows early launches and writes the attention's
+// inputs only after 200 µs — Q and the sinks NaN, the slot lists −1 until then — so that its blocks,
+// starting early, must wait for that kernel before reading any input: a read before the wait shows as
+// NaN or as missing candidates. Each shape runs once before (its kernel loaded: a first launch of a
+// lazily loaded module may synchronize). One-chunk rows, the pair decode, rows merged in a cluster and
+// the 16-head tile start early; rows merged through the workspace (the counters' memset stands
+// between the two kernels) and a plain launch in 4 output parts (launch_blocks keeps it ordinary) do
+// not, and must give the same results.
 TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
-  const bool was = cuda::set_early_launch(true);
-  const cuda::ClusterMerge merge_was = cuda::cluster_merge();
+  const EarlyLaunchScope early(true);
   const Pool window(rng, 64, 4), compressed(rng, 64, 16);
-  // A blocking stream: the helpers' copies and memsets on the legacy stream stay ordered with it.
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const testing::TestStream stream;
   struct Shape {
     int rows, heads, split, parts;
     cuda::ClusterMerge merge;
@@ -754,13 +742,13 @@ TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
                             Shape{3, 64, 192, 1, cuda::ClusterMerge::off, true, "workspace merge"},
                             Shape{2, 16, 1152, 0, cuda::ClusterMerge::automatic, true, "16-head tile"},
                             Shape{1, 64, 1152, 0, cuda::ClusterMerge::automatic, false, "4 output parts"}}) {
+    const ClusterMergeScope merge(shape.merge);
     Problem p(rng, window, compressed, shape.rows, shape.heads, 128, 512);
     p.random_slots(rng, 0.05);
-    cuda::set_cluster_merge(shape.merge);
     SparseAttentionOptions options;
     options.split_candidates = shape.split;
     options.output_parts = shape.parts;
-    options.stream = stream;
+    options.stream = stream.stream;
     Tensor workspace;
     const std::size_t scratch = sparse_attention_workspace_bytes(shape.rows, shape.heads, 128 + 512, shape.split);
     if (scratch > 0) {
@@ -768,22 +756,89 @@ TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
       workspace.fill_bytes(0x5A);
       options.workspace = workspace.view();
     }
-    Tensor q_source = Tensor::from_host(DType::BF16, {shape.rows, shape.heads, F::kDim}, p.q.data(), Device::CUDA);
-    const Outputs gpu = p.run(Device::CUDA, options, [&](Tensor& q) {
-      q.fill_bytes(0xFF);  // NaN until the late copy
-      copy_late<<<4, 256, 0, stream>>>(q.data_as<std::uint16_t>(), q_source.data_as<std::uint16_t>(),
-                                        static_cast<std::size_t>(q.numel()), 200'000);
-      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    const Outputs warm = p.run(Device::CUDA, options);  // the kernel loaded; also the plain result
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+    std::unique_ptr<testing::LateWriter> late;  // the inputs' true contents, written 200 µs late
+    const Outputs gpu = p.run(Device::CUDA, options, [&](std::initializer_list<Tensor*> inputs) {
+      late = std::make_unique<testing::LateWriter>(inputs, stream.stream);
     });
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
     EXPECT_EQ(cuda::last_launch_early(), shape.early) << shape.what;
     if (shape.merge == cuda::ClusterMerge::forced) EXPECT_TRUE(cuda::last_launch_merged_in_cluster()) << shape.what;
     if (shape.heads == 128) EXPECT_TRUE(cuda::last_launch_pair_decode()) << shape.what;
+    expect_same_bytes(gpu, warm, std::string(shape.what) + ": the late inputs");
     expect_close(gpu, p.run(Device::CPU), shape.what);
   }
-  cuda::set_cluster_merge(merge_was);
-  cuda::set_early_launch(was);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// The decode layer's order: the top-k writes a row's physical slots, the attention reads them. With
+// the top-k allowing early launches, the attention's blocks start while it runs and must wait for its
+// slots; the result must be the reference's on the CPU top-k's slots (which must be the same).
+TEST_F(SparseAttentionGpu, EarlyLaunchBehindTheTopk) {
+  const EarlyLaunchScope early(true);
+  const ClusterMergeScope merge(cuda::ClusterMerge::forced);  // the early-launching cluster path, on any device
+  constexpr int kCandidates = 16384, kK = 512, kPerPage = 64, kPages = kCandidates / kPerPage;
+  const Pool window(rng, 64, 4), compressed(rng, kPerPage, kPages);
+  std::vector<float> scores = testing::random_floats(rng, kCandidates, -4.0f, 4.0f);
+  std::vector<std::int32_t> query_start = {0, 1}, visible = {kCandidates}, page_table(kPages);
+  for (int i = 0; i < kPages; ++i) page_table[i] = (i * 37) % kPages;  // 37 is prime to 256: a permutation
+  const testing::TestStream test_stream;
+  const cudaStream_t stream = test_stream.stream;
+  const auto on_gpu = [](DType t, Shape shape, const void* data) { return Tensor::from_host(t, shape, data, Device::CUDA); };
+  Tensor d_scores = on_gpu(DType::F32, {1, kCandidates}, scores.data());
+  Tensor d_start = on_gpu(DType::I32, {2}, query_start.data()), d_visible = on_gpu(DType::I32, {1}, visible.data());
+  Tensor d_pages = on_gpu(DType::I32, {1, kPages}, page_table.data());
+  Tensor d_indices = Tensor::empty(DType::I32, {1, kK}, Device::CUDA), d_slots = Tensor::empty(DType::I32, {1, kK}, Device::CUDA);
+  d_slots.fill_bytes(0xFF);
+
+  Problem p(rng, window, compressed, 1, 64, 128, kK);
+  p.random_slots(rng, 0.05);
+  Tensor d_q = on_gpu(DType::BF16, {1, 64, F::kDim}, p.q.data());
+  Tensor d_window = on_gpu(DType::I32, {1, 128}, p.window_slots.data());
+  Tensor d_sink = on_gpu(DType::F32, {64}, p.sink.data());
+  Tensor d_out = Tensor::empty(DType::BF16, {1, 64, F::kDim}, Device::CUDA), d_lse = Tensor::empty(DType::F32, {1, 64}, Device::CUDA);
+  d_out.fill_bytes(0xFF);
+  d_lse.fill_bytes(0xFF);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  IndexerOptions topk_options;
+  topk_options.check_contents = false;  // no host round trip between the two launches
+  topk_options.stream = stream;
+  SparseAttentionOptions options;
+  options.split_candidates = 64;  // the latency split: clusters of 10 chunks
+  options.stream = stream;
+  Tensor workspace = Tensor::empty(DType::U8, {static_cast<std::int64_t>(sparse_attention_workspace_bytes(1, 64, 128 + kK, 64))},
+                                   Device::CUDA);
+  options.workspace = workspace.view();
+  // The attention's first call (kernel loading, attribute queries) once before, on the slots as poisoned.
+  sparse_attention(d_q.view(), window.device_view(), compressed.device_view(), d_window.view(), d_slots.view(),
+                   d_sink.view(), d_out.view(), d_lse.view(), options);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  d_out.fill_bytes(0xFF);
+  d_lse.fill_bytes(0xFF);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  indexer_topk(d_scores.view(), {d_start.view(), d_visible.view(), d_pages.view()}, kPerPage, d_indices.view(),
+               d_slots.view(), topk_options);
+  sparse_attention(d_q.view(), window.device_view(), compressed.device_view(), d_window.view(), d_slots.view(),
+                   d_sink.view(), d_out.view(), d_lse.view(), options);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_TRUE(cuda::last_launch_early());
+  EXPECT_TRUE(cuda::last_launch_merged_in_cluster());
+
+  std::vector<std::int32_t> want_indices(kK), want_slots(kK);
+  indexer_topk(testing::host_view(scores, DType::F32, {1, kCandidates}),
+               {testing::host_view(query_start, DType::I32, {2}), testing::host_view(visible, DType::I32, {1}),
+                testing::host_view(page_table, DType::I32, {1, kPages})},
+               kPerPage, testing::host_view(want_indices, DType::I32, {1, kK}),
+               testing::host_view(want_slots, DType::I32, {1, kK}));
+  Tensor got_slots = d_slots.to(Device::CPU);
+  ASSERT_TRUE(std::equal(want_slots.begin(), want_slots.end(), got_slots.data_as<std::int32_t>()))
+      << "the top-k's slots differ from the CPU's";
+  p.compressed_slots = want_slots;
+  Outputs gpu;
+  Tensor host_out = d_out.to(Device::CPU), host_lse = d_lse.to(Device::CPU);
+  gpu.out.assign(host_out.data_as<std::uint16_t>(), host_out.data_as<std::uint16_t>() + host_out.numel());
+  gpu.lse.assign(host_lse.data_as<float>(), host_lse.data_as<float>() + host_lse.numel());
+  expect_close(gpu, p.run(Device::CPU), "behind the top-k");
 }
 
 // ---- the FP8 dequantization, exhaustively --------------------------------------------------------

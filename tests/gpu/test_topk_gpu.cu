@@ -8,10 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <vector>
 
 #include "cpu/indexer_testing.hpp"
+#include "gpu/late_writer.cuh"
 #include "cuda/topk/bins.hpp"
 #include "dsv4/indexer.hpp"
 #include "dsv4/topk.hpp"
@@ -51,7 +53,9 @@ struct TopkResult {
   std::vector<std::int32_t> indices, slots;
 };
 
-TopkResult run(TopkCase& c, Device device) {
+// `late`: on CUDA, the inputs are written 200 µs late by a kernel that allows early launches, on the
+// stream the top-k runs on (the top-k must wait for it before reading).
+TopkResult run(TopkCase& c, Device device, bool late = false) {
   const IndexerRowsView host_rows{
       testing::host_view(c.query_start, DType::I32, {static_cast<std::int64_t>(c.query_start.size())}),
       testing::host_view(c.visible, DType::I32, {c.rows}),
@@ -73,7 +77,16 @@ TopkResult run(TopkCase& c, Device device) {
   Tensor slots = Tensor::empty(DType::I32, {c.rows, c.k}, Device::CUDA);
   indices.fill_bytes(0xEE);  // poison: −286331154
   slots.fill_bytes(0xEE);
-  indexer_topk(scores.view(), {qs.view(), vis.view(), pt.view()}, c.entries_per_page, indices.view(), slots.view());
+  const testing::TestStream stream;
+  IndexerOptions options;
+  options.check_contents = !late;  // late: no host round trip between the two kernels
+  options.stream = stream.stream;
+  std::unique_ptr<testing::LateWriter> writer;
+  if (late) writer = std::make_unique<testing::LateWriter>(std::initializer_list<Tensor*>{&scores, &qs, &vis, &pt},
+                                                           stream.stream);
+  indexer_topk(scores.view(), {qs.view(), vis.view(), pt.view()}, c.entries_per_page, indices.view(), slots.view(),
+               options);
+  EXPECT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
   Tensor hi = indices.to(Device::CPU), hs = slots.to(Device::CPU);
   std::memcpy(r.indices.data(), hi.data(), hi.nbytes());
   std::memcpy(r.slots.data(), hs.data(), hs.nbytes());
@@ -270,6 +283,21 @@ TEST(TopkGpuOnScores, SelectionFromGpuScores) {
   Tensor got = indices.to(Device::CPU), got_slots = slots.to(Device::CPU);
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.nbytes()));
   EXPECT_EQ(0, std::memcmp(got_slots.data(), want_slots.data(), got_slots.nbytes()));
+}
+
+// The top-k launched right behind a kernel that allows early launches and writes its scores and rows
+// 200 µs late (NaN scores, −1 rows until then): started early, it must wait for that kernel; the
+// selection must be the plain run's. A row width that is not a multiple of 4 (the scalar loads), and
+// rows that take clusters of 8 and of 16 CTAs (the widest).
+TEST(TopkGpu, EarlyLaunchWaitsForTheKernelBefore) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  for (const std::int64_t cols : {3001, 20000, 262144}) {
+    TopkCase c = make_case(rng, 2, cols, 512, {static_cast<std::int32_t>(cols), static_cast<std::int32_t>(cols / 2)}, 1);
+    const TopkResult plain = run(c, Device::CUDA);  // also loads the kernel
+    const TopkResult late = run(c, Device::CUDA, true);
+    EXPECT_EQ(late.indices, plain.indices) << cols << " columns";
+    EXPECT_EQ(late.slots, plain.slots) << cols << " columns";
+  }
 }
 
 TEST(TopkGpuErrors, RowsWiderThanTheClusterAreRefused) {

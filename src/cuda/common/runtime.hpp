@@ -14,6 +14,16 @@ inline void check_cuda(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw Error("device", what + ": " + cudaGetErrorString(status));
 }
 
+// The launch attribute of an early launch (programmatic dependent launch): the kernel may start while
+// the kernel before it in the stream finishes, once that one allows it (ptx::allow_dependent_launch);
+// it must execute ptx::wait_for_prerequisite_grids before it reads or writes any tensor.
+inline cudaLaunchAttribute early_launch_attribute() {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  return attribute;
+}
+
 // Multiprocessors of the current device (at least 1).
 inline int multiprocessor_count() {
   int device = 0, count = 0;

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/ptx_sm90.cuh"  // allow_dependent_launch, wait_for_prerequisite_grids
 #include "cuda/indexer/params.hpp"
 #include "cuda/indexer/ptx_sm90.cuh"
 #include "cuda/indexer/score_config.hpp"
@@ -326,6 +327,7 @@ __device__ __forceinline__ float row_scores(KeyRows& keys, std::uint64_t b_descr
 // scores [num_rows, num_cols]; grid (ceil(num_rows / shape.tile_rows), ceil(num_cols / shape.key_chunk)).
 template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScoreParams p, const ScoreShape shape) {
+  cuda::ptx::allow_dependent_launch();  // the top-k behind it may take free SMs now (it waits for this grid)
   extern __shared__ __align__(16) std::uint8_t smem[];
   const std::uint32_t misalignment = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem)) % kSwizzleAtom;
   std::uint8_t* s_q = smem + (kSwizzleAtom - misalignment) % kSwizzleAtom;  // [tile_rows][heads][128], swizzled
@@ -343,6 +345,8 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   const int cta_warp = threadIdx.x / 32, warp = cta_warp % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, quad = lane % 4;
   const int log2_epp = p.entries_per_page_log2;
+  // Launched early (score_launch.hpp): every tensor is read or written after this wait.
+  cuda::ptx::wait_for_prerequisite_grids();
 
   // The tile's bookkeeping and queries take one memory round trip: every load below is issued before
   // any result is used (each thread keeps its values in registers until after the query staging).

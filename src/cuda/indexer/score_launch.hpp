@@ -4,12 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/common/runtime.hpp"
 #include "cuda/indexer/params.hpp"
 #include "cuda/indexer/score_config.hpp"
 
 namespace dsv4::cuda::indexer_score {
 
-// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`.
+// grid (row tiles, key chunks) as `shape` says, dynamic shared memory `shared`; an early launch
+// (runtime.hpp: the kernel waits for the kernel before it before reading anything).
 template <IndexerKeyFormat kFormat>
 void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared, cudaStream_t stream);
 
@@ -20,7 +22,15 @@ void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std
                       cudaStream_t stream) {                                                                \
     auto* kernel = score_kernel<FORMAT>;                                                                    \
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));    \
-    kernel<<<grid, kThreads, shared, stream>>>(p, shape);                                                   \
+    cudaLaunchAttribute early = early_launch_attribute();                                                   \
+    cudaLaunchConfig_t config = {};                                                                         \
+    config.gridDim = grid;                                                                                  \
+    config.blockDim = dim3(kThreads);                                                                       \
+    config.dynamicSmemBytes = shared;                                                                       \
+    config.stream = stream;                                                                                 \
+    config.attrs = &early;                                                                                  \
+    config.numAttrs = 1;                                                                                    \
+    check_cuda(cudaLaunchKernelEx(&config, kernel, p, shape), "indexer score kernel launch");               \
   }
 
 }  // namespace dsv4::cuda::indexer_score

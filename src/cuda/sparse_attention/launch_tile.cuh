@@ -63,12 +63,7 @@ void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks,
       cluster_config(static_cast<unsigned>(blocks), threads, smem_bytes, cluster_size, stream, attributes[0]);
   unsigned count = cluster_size > 1 ? 1 : 0;
   const bool early = early_allowed && early_launch();
-  if (early) {
-    attributes[count] = {};
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
+  if (early) attributes[count++] = early_launch_attribute();
   config.attrs = attributes;
   config.numAttrs = count;
   check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention launch failed");

@@ -71,9 +71,12 @@ void launch(const TopkParams& p, int cluster_size, int vectors, cudaStream_t str
   config.blockDim = dim3(topk::kThreads);
   config.dynamicSmemBytes = topk::key_bytes(vectors);
   config.stream = stream;
-  cudaLaunchAttribute attribute;
-  set_cluster(config, attribute, cluster_size);
-  cudaLaunchKernelEx(&config, kernel_for(vectors), p);
+  cudaLaunchAttribute attributes[2];
+  set_cluster(config, attributes[0], cluster_size);
+  attributes[1] = early_launch_attribute();  // behind the score kernel, which allows it
+  config.attrs = attributes;
+  config.numAttrs = 2;
+  check_cuda(cudaLaunchKernelEx(&config, kernel_for(vectors), p), "top-k kernel launch");
 }
 
 }  // namespace
