@@ -24,6 +24,7 @@
 #include "cpu/compressor_testing.hpp"
 #include "cuda/common/fast_float.cuh"
 #include "cuda/compressor/launch.hpp"
+#include "gpu/late_writer.cuh"
 #include "dsv4/projection.hpp"
 #include "dsv4/rope.hpp"
 #include "ops/compress_args.hpp"
@@ -1161,54 +1162,82 @@ TEST_P(CompressorGpu, ShortWindowPrefillSchedulesAgree) {
 
 // A decode step captured in a CUDA graph (launch_compress_step) equals the API's step, which runs on
 // a caller's stream.
-TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
-  std::mt19937_64 rng(testing::fresh_seed());
-  const CompressorSpec s = spec();
-  Twin twin(s, rng, 40, 200, 16 * s.ratio);
-  Side captured(s, Device::CUDA, host_vector<float>(twin.gpu().ape), host_vector<float>(twin.gpu().norm), 40, 200,
-                16 * s.ratio);
+// Two CUDA pools with the same requests brought through the same steps by the API (a prefill to a
+// block boundary, then decode steps of up to 8 tokens to 8 tokens before each stream's end, so C128
+// slots keep complete slice chains), and the next decode step of 1..8 tokens each: `batch` and its
+// rows. A test runs that step on the twin's pool through the API and on `other` its own way.
+struct PoolsBeforeADecodeStep {
+  Twin twin;
+  Side other;
   std::vector<Request> requests;
-  for (int i = 0; i < 32; ++i) {
-    requests.push_back(twin.add_request(rng, request_tokens(rng, s.ratio, 1, 3) + 8));
-    ASSERT_EQ(captured.pool.allocate(), requests.back().slot);
-  }
-  // Same steps on both pools through the API: a prefill to a block boundary, then decode steps of up
-  // to 8 tokens to 8 tokens before each stream's end (so C128 slots keep complete slice chains, and
-  // the captured step folds slices into them).
-  const int w = s.row_width();
   CompressBatch batch;
-  std::vector<float> kv, score;
   StepRows rows;
-  for (bool prefill = true;; prefill = false) {
+
+  PoolsBeforeADecodeStep(const CompressorSpec& s, std::mt19937_64& rng)
+      : twin(s, rng, 40, 200, 16 * s.ratio),
+        other(s, Device::CUDA, host_vector<float>(twin.gpu().ape), host_vector<float>(twin.gpu().norm), 40, 200,
+              16 * s.ratio) {
+    for (int i = 0; i < 32; ++i) {
+      requests.push_back(twin.add_request(rng, request_tokens(rng, s.ratio, 1, 3) + 8));
+      EXPECT_EQ(other.pool.allocate(), requests.back().slot);
+    }
+    const int w = s.row_width();
+    std::vector<float> kv, score;
+    for (bool prefill = true;; prefill = false) {
+      batch.clear();
+      kv.clear();
+      score.clear();
+      for (Request& r : requests) {
+        const std::int64_t target = r.stream.tokens - 8;
+        const std::int64_t n = prefill ? target / s.ratio * s.ratio : std::min<std::int64_t>(8, target - r.fed);
+        if (n == 0) continue;
+        batch.push_back(CompressRequest{r.slot, r.fed, n, r.page_table});
+        kv.insert(kv.end(), r.stream.kv.begin() + r.fed * w, r.stream.kv.begin() + (r.fed + n) * w);
+        score.insert(score.end(), r.stream.score.begin() + r.fed * w, r.stream.score.begin() + (r.fed + n) * w);
+        r.fed += n;
+      }
+      if (batch.empty()) break;
+      rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
+      compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
+      compress(s, other.weights(), batch, rows.kv_view, rows.score_view, other.pool, other.cache);
+    }
     batch.clear();
     kv.clear();
     score.clear();
     for (Request& r : requests) {
-      const std::int64_t target = r.stream.tokens - 8;
-      const std::int64_t n = prefill ? target / s.ratio * s.ratio : std::min<std::int64_t>(8, target - r.fed);
-      if (n == 0) continue;
-      batch.push_back(CompressRequest{r.slot, r.fed, n, r.page_table});
-      kv.insert(kv.end(), r.stream.kv.begin() + r.fed * w, r.stream.kv.begin() + (r.fed + n) * w);
-      score.insert(score.end(), r.stream.score.begin() + r.fed * w, r.stream.score.begin() + (r.fed + n) * w);
-      r.fed += n;
+      const std::int64_t prefix = r.stream.tokens - 8, n = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
+      batch.push_back(CompressRequest{r.slot, prefix, n, r.page_table});
+      kv.insert(kv.end(), r.stream.kv.begin() + prefix * w, r.stream.kv.begin() + (prefix + n) * w);
+      score.insert(score.end(), r.stream.score.begin() + prefix * w, r.stream.score.begin() + (prefix + n) * w);
     }
-    if (batch.empty()) break;
     rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
-    compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache);
-    compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool, captured.cache);
   }
 
-  // A decode step of 1..8 tokens each: API on one pool, a captured graph on the other.
-  batch.clear();
-  kv.clear();
-  score.clear();
-  for (Request& r : requests) {
-    const std::int64_t prefix = r.stream.tokens - 8, n = std::uniform_int_distribution<std::int64_t>(1, 8)(rng);
-    batch.push_back(CompressRequest{r.slot, prefix, n, r.page_table});
-    kv.insert(kv.end(), r.stream.kv.begin() + prefix * w, r.stream.kv.begin() + (prefix + n) * w);
-    score.insert(score.end(), r.stream.score.begin() + prefix * w, r.stream.score.begin() + (prefix + n) * w);
+  // The step through the API on the twin's pool, on a stream of the caller's (non-blocking: not
+  // ordered after the default stream, so everything before is finished first).
+  void step_twin_through_the_api(const CompressorSpec& s) {
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStream_t caller_stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&caller_stream, cudaStreamNonBlocking), cudaSuccess);
+    compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache, {},
+             caller_stream);
+    ASSERT_EQ(cudaStreamSynchronize(caller_stream), cudaSuccess);
+    cudaStreamDestroy(caller_stream);
   }
-  rows = make_rows(kv, score, static_cast<std::int64_t>(kv.size()) / w, w, false, Device::CUDA);
+
+  void expect_same_pools(const std::string& what) {
+    EXPECT_TRUE(twin.gpu().cache.host_bytes() == other.cache.host_bytes()) << what << ": caches differ";
+    EXPECT_TRUE(state_bytes(twin.gpu().pool) == state_bytes(other.pool)) << what << ": states differ";
+  }
+};
+
+TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  PoolsBeforeADecodeStep at(s, rng);
+  Side& captured = at.other;
+  const CompressBatch& batch = at.batch;
+  const StepRows& rows = at.rows;
   const CompressPlan plan = plan_compress(s, captured.weights(), batch, rows.kv_view, rows.score_view, captured.pool,
                                           captured.cache);
   const ref::CompressArgs args = device_step_args(s, plan, rows, captured);
@@ -1237,17 +1266,44 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
   cudaFree(device_layout);
   cudaFreeHost(pinned);
 
-  // The API's step on a stream of the caller's (non-blocking: not ordered after the default stream,
-  // so everything before is finished first).
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudaStream_t caller_stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&caller_stream, cudaStreamNonBlocking), cudaSuccess);
-  compress(s, twin.gpu().weights(), batch, rows.kv_view, rows.score_view, twin.gpu().pool, twin.gpu().cache, {},
-           caller_stream);
-  ASSERT_EQ(cudaStreamSynchronize(caller_stream), cudaSuccess);
-  cudaStreamDestroy(caller_stream);
-  EXPECT_TRUE(twin.gpu().cache.host_bytes() == captured.cache.host_bytes());
-  EXPECT_TRUE(state_bytes(twin.gpu().pool) == state_bytes(captured.pool));
+  at.step_twin_through_the_api(s);
+  at.expect_same_pools("the captured step");
+}
+
+// The decode step launched right behind a kernel that allows early launches and writes every tensor
+// the step touches only after 200 µs — rows, weights, state, cache and the uploaded metadata hold
+// 0xFF bytes until then (NaN floats; a cache or state write before the wait is overwritten by the
+// late copy). The step's kernels start during that wait and must wait for the kernel before reading or
+// writing anything, so both pools end as after the API's step. The step runs once plainly first (the
+// real step, its kernels loaded), then again behind the late writer with its metadata read from the
+// kernel parameters (where small enough) and from device memory: a replay rewrites the same bytes.
+TEST_P(CompressorGpu, EarlyLaunchWaitsForTheKernelBefore) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  const CompressorSpec s = spec();
+  PoolsBeforeADecodeStep at(s, rng);
+  const CompressPlan plan = plan_compress(s, at.other.weights(), at.batch, at.rows.kv_view, at.rows.score_view,
+                                          at.other.pool, at.other.cache);
+  const ref::CompressArgs args = device_step_args(s, plan, at.rows, at.other);
+  const cuda::CompressStepLayout layout = cuda::plan_compress_step(args);
+  Tensor device_layout = Tensor::empty(DType::U8, {static_cast<std::int64_t>(layout.device_bytes)}, Device::CUDA);
+  device_layout.fill_bytes(0);
+  ASSERT_EQ(cudaMemcpy(device_layout.data(), layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const testing::TestStream stream;
+  cuda::launch_compress_step(args, layout, device_layout.data(), stream.stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+  // The pool and the cache are handles: the writer fills and restores their device bytes.
+  auto& state = const_cast<Tensor&>(at.other.pool.storage());
+  auto& cache = const_cast<Tensor&>(at.other.cache.storage());
+  for (const cuda::StepMetadata metadata : {cuda::StepMetadata::InParametersWhenSmall, cuda::StepMetadata::InDeviceMemory}) {
+    const testing::LateWriter writer({&at.rows.kv, &at.rows.score, &at.other.ape, &at.other.norm, &state, &cache,
+                                      &device_layout},
+                                     stream.stream);
+    cuda::launch_compress_step(args, layout, device_layout.data(), stream.stream, metadata);
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+  }
+  at.step_twin_through_the_api(s);
+  at.expect_same_pools("behind the late writer");
 }
 
 // ---- the reduced suite for compute-sanitizer -------------------------------------------------------

@@ -3,7 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
+#include <utility>
 
 #include "dsv4/error.hpp"
 
@@ -22,6 +24,21 @@ inline cudaLaunchAttribute early_launch_attribute() {
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   return attribute;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...) as an early launch (early_launch_attribute).
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                         Args&&... args) {
+  cudaLaunchAttribute early = early_launch_attribute();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 // Multiprocessors of the current device (at least 1).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/common/runtime.hpp"  // launch_early
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/kernels.hpp"
 #include "cuda/compressor/online.cuh"
@@ -47,8 +48,8 @@ cudaError_t launch_items(Kernel kernel, const KernelParams& params, cudaStream_t
   if (opted_in != cudaSuccess) return opted_in;
   const std::int64_t items = (ring_items_only ? 0 : params.num_items) + params.ring_items;
   const std::int64_t blocks = leading_blocks + (items + Config::kUnitsPerBlock - 1) / Config::kUnitsPerBlock;
-  kernel<<<static_cast<unsigned>(blocks), Config::kBlockThreads, Config::kBytes, stream>>>(params);
-  return cudaGetLastError();
+  return launch_early(kernel, dim3(static_cast<unsigned>(blocks)), dim3(Config::kBlockThreads), Config::kBytes, stream,
+                      params);
 }
 
 // launch_items of the two-pass kernel of Config, or of WithEvictFirstRows<Config> where
@@ -77,8 +78,9 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
   if (online) {
     // A step that saves a head's starting snapshot (params.hpp, online_kept_counts) copies it first.
     if (params.online_saved != nullptr) {
-      online_save_kernel<kWidth><<<static_cast<unsigned>(params.num_requests), 128, 0, stream>>>(params);
-      if (const cudaError_t status = cudaGetLastError(); status != cudaSuccess) return status;
+      const cudaError_t status =
+          launch_early(online_save_kernel<kWidth>, dim3(static_cast<unsigned>(params.num_requests)), dim3(128), 0, stream, params);
+      if (status != cudaSuccess) return status;
     }
     using Deep = OnlineConfig<kWidth, kOnlineDeepStages>;
     if (online_stages == OnlineStages::Deep) return launch_items<Deep>(online_kernel<Deep>, params, stream);

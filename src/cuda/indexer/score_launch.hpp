@@ -22,15 +22,7 @@ void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std
                       cudaStream_t stream) {                                                                \
     auto* kernel = score_kernel<FORMAT>;                                                                    \
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));    \
-    cudaLaunchAttribute early = early_launch_attribute();                                                   \
-    cudaLaunchConfig_t config = {};                                                                         \
-    config.gridDim = grid;                                                                                  \
-    config.blockDim = dim3(kThreads);                                                                       \
-    config.dynamicSmemBytes = shared;                                                                       \
-    config.stream = stream;                                                                                 \
-    config.attrs = &early;                                                                                  \
-    config.numAttrs = 1;                                                                                    \
-    check_cuda(cudaLaunchKernelEx(&config, kernel, p, shape), "indexer score kernel launch");               \
+    check_cuda(launch_early(kernel, grid, dim3(kThreads), shared, stream, p, shape), "indexer score kernel launch"); \
   }
 
 }  // namespace dsv4::cuda::indexer_score
