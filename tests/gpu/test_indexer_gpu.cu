@@ -243,7 +243,10 @@ TEST(IndexerScoresGpuErrors, UnsupportedShapesAreRefused) {
 
 class QueryPrepGpu : public ::testing::TestWithParam<IndexerKeyFormat> {};
 
-void check_query_prep(IndexerKeyFormat format, int rows, int heads, std::mt19937_64& rng) {
+// The GPU's codes and scales against the reference's (at least 99.9% of the bytes equal), the weights
+// exactly; `behind_a_late_writer`: also the early launch.
+void check_query_prep(IndexerKeyFormat format, int rows, int heads, std::mt19937_64& rng,
+                      bool behind_a_late_writer = false) {
   const RopeTable rope(testing::published_compressed_rope());
   std::uniform_int_distribution<std::int64_t> position(0, 1048575);
   std::vector<float> q_rows = testing::random_normal(rng, static_cast<std::size_t>(rows) * heads * 128, 3.0f);
@@ -276,11 +279,41 @@ void check_query_prep(IndexerKeyFormat format, int rows, int heads, std::mt19937
   EXPECT_GE(equal_fraction(codes, want.codes), 0.999) << "codes";
   EXPECT_GE(equal_fraction(scales, want.scales), 0.999) << "scales";
   EXPECT_EQ(0, std::memcmp(weights.data(), want.weights.data(), weights.nbytes())) << "weights";
+  if (!behind_a_late_writer) return;
+
+  // Again, right behind a kernel that allows early launches and writes the inputs and the outputs'
+  // old bytes 200 µs late (0xFF until then): the kernel, started early, must wait for it before
+  // reading or writing anything — the same bytes as the plain run.
+  IndexerQuery late = IndexerQuery::empty(format, rows, heads, 128, Device::CUDA);
+  late.codes.fill_bytes(0xA5);
+  late.scales.fill_bytes(0xA5);
+  late.weights.fill_bytes(0xA5);
+  const testing::TestStream stream;
+  IndexerOptions options;
+  options.stream = stream.stream;
+  {
+    const testing::LateWriter writer({&d_rows, &d_logits, &d_cos, &d_sin, &late.codes, &late.scales, &late.weights},
+                                     stream.stream);
+    prepare_indexer_queries(d_rows.view(), d_logits.view(), d_cos.view(), d_sin.view(), format, late.view(), options);
+    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+  }
+  const auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    const Tensor x = a.to(Device::CPU), y = b.to(Device::CPU);
+    return x.nbytes() == y.nbytes() && std::memcmp(x.data(), y.data(), x.nbytes()) == 0;
+  };
+  EXPECT_TRUE(same_bytes(late.codes, got.codes)) << "codes behind the late writer";
+  EXPECT_TRUE(same_bytes(late.scales, got.scales)) << "scales behind the late writer";
+  EXPECT_TRUE(same_bytes(late.weights, got.weights)) << "weights behind the late writer";
 }
 
 TEST_P(QueryPrepGpu, MatchesReferenceBytes) {
   std::mt19937_64 rng(testing::fresh_seed());
   check_query_prep(GetParam(), 37, 64, rng);
+}
+
+TEST_P(QueryPrepGpu, EarlyLaunchWaitsForTheKernelBefore) {
+  std::mt19937_64 rng(testing::fresh_seed());
+  check_query_prep(GetParam(), 37, 64, rng, true);
 }
 
 TEST_P(QueryPrepGpu, SanitizeOneRow) {

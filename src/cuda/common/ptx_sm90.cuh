@@ -38,6 +38,11 @@ __device__ __forceinline__ void cp_async_cg16(void* shared, const void* global, 
 // kernel that may be launched early executes it before its first read of another kernel's output.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Both, as the first statement of a kernel launched early that has nothing to do before the wait.
+__device__ __forceinline__ void start_after_prerequisite_grids() {
+  allow_dependent_launch();
+  wait_for_prerequisite_grids();
+}
 
 // Closes the group of this thread's cp.async copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

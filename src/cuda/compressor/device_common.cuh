@@ -12,14 +12,6 @@
 
 namespace dsv4::cuda::compressor {
 
-// The first statement of every compressor kernel. They are launched early (launch_width.cuh): a
-// kernel's blocks may start while the kernel before it in the stream finishes, so each waits for it
-// before reading or writing anything, and lets the launch after it start at once.
-__device__ __forceinline__ void start_after_the_kernel_before() {
-  ptx::allow_dependent_launch();
-  ptx::wait_for_prerequisite_grids();
-}
-
 // ---- 16-byte accesses ------------------------------------------------------------------------
 
 // Rows and state read once per step: evict-first, so they do not push hot data (ape, norm, the

@@ -159,7 +159,7 @@ __device__ __forceinline__ void run_rows(const KernelParams& p, const NewRows& r
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
-  start_after_the_kernel_before();
+  ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
   static_assert(Config::kStages >= 2 && Config::kStageApe, "run_rows pipelines its stages with ape staged");
   constexpr int c = Config::kWidth;
   static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
 // request i's, where online_kept_counts says so, from its slot into the scratch.
 template <int kWidth>
 __global__ void __launch_bounds__(128) online_save_kernel(const __grid_constant__ KernelParams p) {
-  start_after_the_kernel_before();
+  ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
   const StepRequest r = step_request(p, static_cast<int>(blockIdx.x));
   if (!online_kept_counts(r.prefix, r.new_tokens, r.num_events, p.ratio, p.max_rollback).start_saved) return;
   const float4* from = reinterpret_cast<const float4*>(slot_snapshots(p, r.slot) + snapshot_offset(p, r.prefix));

@@ -832,7 +832,7 @@ __device__ __forceinline__ void write_head_share(const KernelParams& p, const Ri
 template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {
-  start_after_the_kernel_before();
+  ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
   extern __shared__ float4 dynamic_shared[];  // [Config::kBytes / 16] staging (and the group merge)
   __shared__ double s_sum[Config::kWarpsPerGroup];
   static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");

@@ -15,12 +15,10 @@ void prepare_indexer_queries(const IndexerQueryPrepParams& p, void* stream) {
   const std::int64_t blocks = (p.num_rows * p.heads + kWarps - 1) / kWarps;
   require(blocks <= 0x7fffffff, "q_rows", "too many query heads for one launch");
   auto* s = static_cast<cudaStream_t>(stream);
-  if (p.format == IndexerKeyFormat::FP8)
-    query_kernel<IndexerKeyFormat::FP8><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
-  else
-    query_kernel<IndexerKeyFormat::FP4><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(p);
-  const cudaError_t status = cudaGetLastError();
-  check_cuda(status, "indexer query kernel launch");
+  // An early launch (runtime.hpp): the kernel waits for the kernel before it before reading anything.
+  auto* kernel = p.format == IndexerKeyFormat::FP8 ? query_kernel<IndexerKeyFormat::FP8> : query_kernel<IndexerKeyFormat::FP4>;
+  check_cuda(launch_early(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, p),
+             "indexer query kernel launch");
 }
 
 }  // namespace dsv4::cuda

@@ -251,8 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   // The attention that reads this row's slots may launch now (its early launch: it takes free SMs and
   // reads its parameters, then waits for this grid's end before reading anything). This kernel is
   // launched early itself (topk.cu): it reads and writes nothing before the kernel before it is done.
-  ptx::allow_dependent_launch();
-  ptx::wait_for_prerequisite_grids();
+  ptx::start_after_prerequisite_grids();
   extern __shared__ uint4 s_dynamic[];
   std::uint32_t* s_keys = reinterpret_cast<std::uint32_t*>(s_dynamic);  // [kSlice]: this CTA's keys in entry order
   __shared__ Shared s;
