@@ -3,7 +3,9 @@
 // Decode: B requests × next_n rows, every row sees N entries of its request's paged key cache
 // (pages scattered over one pool); metric: key bytes / time against the measured copy bandwidth.
 // One-request, one-token cases also time 8 calls (other requests' keys, as other layers') in one graph,
-// alone and each followed by the top-512 (time_layer_graphs).
+// alone, each followed by the top-512, and as a CSA decode layer's whole selection and attention path
+// (query preparation, scores, top-512, the sparse attention over the window and the selection;
+// time_layer_graphs).
 // Prefill: one request of T tokens, causal (V_t = floor((t+1)/4)); metric: useful FLOP
 // (Σ_t V_t · 2 · H · d) / time against the FP8 tensor ceiling (ANCHORS). Every case checks a sample
 // of its scores against the CPU reference on the same bytes.
@@ -20,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "attention_fill.cuh"
 #include "bench_common.hpp"
 #include "dsv4/indexer.hpp"
+#include "dsv4/sparse_attention.hpp"
 #include "dsv4/topk.hpp"
 
 namespace {
@@ -200,14 +204,79 @@ std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
 
 // A one-request case in a graph of every layer's calls (bench::per_call_in_layer_graph_us): each call
 // over its own request's pages of the pool (its own keys), its own queries and scores. Also per layer:
-// the scores followed by the top-512 of the row (indices and slots), as a decode step runs them.
+// the scores followed by the top-512 of the row (indices and slots), as a decode step runs them; and
+// the layer's whole path (LayerPath).
 using bench::kLayerCalls;
 struct LayerGraphTimes {
-  double scores_us, scores_topk_us;
+  double scores_us, scores_topk_us, path_us;
+};
+
+// The rest of a CSA decode layer's path around its scores: the query preparation in front (from
+// random projected query rows, head logits and rotation), and behind the top-512 the sparse attention
+// (H = 64, bf16 queries) over the row's 128 window entries and the 512 selected compressed entries, at
+// the latency split (64 candidates a chunk, merged in a cluster). The compressed entries live in a pool
+// of their own whose page table the top-k translates through, as a layer's attention cache has one.
+struct LayerPath {
+  static constexpr int kAttentionHeads = 64, kWindow = 128, kTopK = 512, kSplit = 64, kRopePairs = 32;
+  Tensor attention_pool, window_pool, attention_table;
+  std::vector<Tensor> q_rows, logits, cos, sin, q, window_slots, sink, out, lse, workspace;
+  std::vector<TensorView> table_rows;
+  std::vector<SparseAttentionOptions> options;
+
+  LayerPath(const Pool& keys, cudaStream_t stream)
+      : attention_pool(bench::random_attention_pool(static_cast<std::int64_t>(kLayerCalls) * keys.pages_per_request,
+                                                    kEntriesPerPage, 77)),
+        window_pool(bench::random_attention_pool(kLayerCalls * kWindow / kEntriesPerPage, kEntriesPerPage, 78)) {
+    std::vector<std::int32_t> table(static_cast<std::size_t>(kLayerCalls) * keys.pages_per_request);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937_64(79));
+    attention_table = Tensor::from_host(DType::I32, {kLayerCalls, keys.pages_per_request}, table.data(), Device::CUDA);
+    const std::size_t scratch = sparse_attention_workspace_bytes(1, kAttentionHeads, kWindow + kTopK, kSplit);
+    for (int l = 0; l < kLayerCalls; ++l) {
+      const auto floats = [&](Shape shape, float lo, float hi, std::uint64_t seed) {
+        Tensor t = Tensor::empty(DType::F32, std::move(shape), Device::CUDA);
+        fill_floats<<<64, 256>>>(t.data_as<float>(), t.numel(), lo, hi, seed);
+        return t;
+      };
+      const std::uint64_t seed = 1000 + 10 * static_cast<std::uint64_t>(l);
+      q_rows.push_back(floats({1, kHeads * kDim}, -3.0f, 3.0f, seed));
+      logits.push_back(floats({1, kHeads}, -1.0f, 1.0f, seed + 1));
+      cos.push_back(floats({1, kRopePairs}, -1.0f, 1.0f, seed + 2));
+      sin.push_back(floats({1, kRopePairs}, -1.0f, 1.0f, seed + 3));
+      sink.push_back(floats({kAttentionHeads}, -1.0f, 2.0f, seed + 4));
+      q.push_back(Tensor::empty(DType::BF16, {1, kAttentionHeads, AttentionEntryFormat::kDim}, Device::CUDA));
+      bench::fill_bf16<<<64, 256>>>(q.back().data_as<std::uint16_t>(), q.back().numel(), seed + 5);
+      std::vector<std::int32_t> window(kWindow);
+      std::iota(window.begin(), window.end(), l * kWindow);  // the layer's own window entries
+      window_slots.push_back(Tensor::from_host(DType::I32, {1, kWindow}, window.data(), Device::CUDA));
+      out.push_back(Tensor::empty(DType::BF16, {1, kAttentionHeads, AttentionEntryFormat::kDim}, Device::CUDA));
+      lse.push_back(Tensor::empty(DType::F32, {1, kAttentionHeads}, Device::CUDA));
+      workspace.push_back(Tensor::zeros(DType::U8, {static_cast<std::int64_t>(scratch)}, Device::CUDA));
+      TensorView row = attention_table.view();
+      row.data = attention_table.data_as<std::int32_t>() + static_cast<std::int64_t>(l) * keys.pages_per_request;
+      row.shape[0] = 1;
+      table_rows.push_back(row);
+      SparseAttentionOptions o;
+      o.split_candidates = kSplit;
+      o.workspace = workspace.back().view();
+      o.stream = stream;
+      options.push_back(o);
+    }
+    check_cuda(cudaDeviceSynchronize(), "layer path inputs");
+  }
+
+  void prepare_queries(int l, IndexerKeyFormat format, const IndexerQuery& queries, const IndexerOptions& o) const {
+    prepare_indexer_queries(q_rows[l].view(), logits[l].view(), cos[l].view(), sin[l].view(), format, queries.view(), o);
+  }
+  void attend(int l, const Tensor& selected_slots) const {
+    sparse_attention(q[l].view(), {window_pool.view(), kEntriesPerPage}, {attention_pool.view(), kEntriesPerPage},
+                     window_slots[l].view(), selected_slots.view(), sink[l].view(), out[l].view(), lse[l].view(),
+                     options[l]);
+  }
 };
 
 LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
-  constexpr int kTopK = 512;
+  constexpr int kTopK = LayerPath::kTopK;
   std::vector<std::int32_t> qs = {0, 1}, vis = {static_cast<std::int32_t>(c.entries)};
   const Tensor d_qs = Tensor::from_host(DType::I32, {2}, qs.data(), Device::CUDA);
   const Tensor d_vis = Tensor::from_host(DType::I32, {1}, vis.data(), Device::CUDA);
@@ -230,18 +299,26 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
   IndexerOptions fast;
   fast.check_contents = false;
   fast.stream = stream;
-  const auto time_graph = [&](bool with_topk) {
-    for (int l = 0; l < kLayerCalls; ++l) {  // first calls outside the capture (kernel attributes)
-      indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
-      if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+  const LayerPath path(pool, stream);
+  enum class Calls { scores, scores_topk, path };
+  const auto enqueue = [&](int l, Calls calls) {
+    if (calls == Calls::path) path.prepare_queries(l, c.format, queries[l].q, fast);
+    indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
+    if (calls == Calls::scores_topk)
+      indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+    if (calls == Calls::path) {  // slots in the layer's attention pool
+      indexer_topk(scores[l].view(), {d_qs.view(), d_vis.view(), path.table_rows[l]}, kEntriesPerPage,
+                   indices[l].view(), slots[l].view(), fast);
+      path.attend(l, slots[l]);
     }
-    check_cuda(cudaStreamSynchronize(stream), "layer calls");
-    return bench::per_call_in_layer_graph_us(stream, [&](int l, cudaStream_t) {  // (fast.stream is the stream)
-      indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
-      if (with_topk) indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
-    }, {3, 20, true});
   };
-  const LayerGraphTimes times{time_graph(false), time_graph(true)};
+  const auto time_graph = [&](Calls calls) {
+    for (int l = 0; l < kLayerCalls; ++l) enqueue(l, calls);  // first calls outside the capture (kernel attributes)
+    check_cuda(cudaStreamSynchronize(stream), "layer calls");
+    return bench::per_call_in_layer_graph_us(stream, [&](int l, cudaStream_t) { enqueue(l, calls); },  // (on `stream`)
+                                             {3, 20, true});
+  };
+  const LayerGraphTimes times{time_graph(Calls::scores), time_graph(Calls::scores_topk), time_graph(Calls::path)};
   cudaStreamDestroy(stream);
   return times;
 }
@@ -281,8 +358,10 @@ void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, con
     shape["layer_graph_steps"] = kLayerCalls;
     shape["per_call_in_layer_graph_us"] = layers.scores_us;
     shape["per_layer_scores_topk512_in_graph_us"] = layers.scores_topk_us;
-    std::printf("%40s %10.2f us a call in a graph of %d layers' calls; scores + top-512 %.2f us a layer\n", "",
-                layers.scores_us, kLayerCalls, layers.scores_topk_us);
+    shape["per_layer_query_scores_topk512_attention_in_graph_us"] = layers.path_us;
+    std::printf("%40s %10.2f us a call in a graph of %d layers' calls; scores + top-512 %.2f us a layer; "
+                "query + scores + top-512 + attention %.2f us a layer\n", "",
+                layers.scores_us, kLayerCalls, layers.scores_topk_us, layers.path_us);
   }
   report.add(name, shape, us, "GB/s", key_bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
 }

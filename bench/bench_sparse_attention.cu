@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_fill.cuh"
 #include "bench_common.hpp"
 #include "sparse_attention_timeline.hpp"
 #include "dsv4/cache_format.hpp"
@@ -42,48 +43,11 @@ constexpr int kPerPage = 64;
 constexpr int kPoolPages = 4096;  // 262,144 entries, 153 MB per pool
 constexpr double kBf16Ceiling = 787.0;
 
-__device__ std::uint16_t random_bf16(std::uint64_t h) {  // uniform in [-2, 2)
-  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
-  return dsv4::bf16_bits_from_float(4.0f * u - 2.0f);
-}
-
-// One thread per entry: 448 e4m3 codes (NaN codes avoided), 64 bf16, scale bytes 2^-9..2^-2.
-__global__ void fill_pool(std::uint8_t* pages /*[kPoolPages, page_bytes]*/, std::int64_t page_bytes, std::uint64_t seed) {
-  const std::int64_t slot = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (slot >= static_cast<std::int64_t>(kPoolPages) * kPerPage) return;
-  std::uint8_t* page = pages + (slot / kPerPage) * page_bytes;
-  const int i = static_cast<int>(slot % kPerPage);
-  std::uint8_t* data = page + F::data_offset(i);
-  for (int k = 0; k < F::kNopeDim; ++k) {
-    std::uint8_t code = static_cast<std::uint8_t>(dsv4::bench::mix64(seed ^ (slot * 1024 + k)) & 0xff);
-    if ((code & 0x7f) == 0x7f) code = static_cast<std::uint8_t>(code - 1);
-    data[k] = code;
-  }
-  for (int k = 0; k < F::kRopeDim; ++k) {
-    const std::uint16_t v = random_bf16(dsv4::bench::mix64(seed ^ (slot * 1024 + 512 + k)));
-    data[F::kNopeDim + 2 * k] = static_cast<std::uint8_t>(v & 0xff);
-    data[F::kNopeDim + 2 * k + 1] = static_cast<std::uint8_t>(v >> 8);
-  }
-  std::uint8_t* scales = page + F::scale_offset(i, kPerPage);
-  for (int b = 0; b < F::kNumScales; ++b)
-    scales[b] = static_cast<std::uint8_t>(118 + dsv4::bench::mix64(seed ^ (slot * 16 + b)) % 8);
-  scales[F::kNumScales] = 0;
-}
-
-__global__ void fill_bf16(std::uint16_t* out, std::int64_t n, std::uint64_t seed) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[i] = random_bf16(dsv4::bench::mix64(seed ^ i));
-}
-
 struct Pools {
-  Tensor window = Tensor::empty(DType::U8, {kPoolPages, F::page_bytes(kPerPage)}, Device::CUDA);
-  Tensor compressed = Tensor::empty(DType::U8, {kPoolPages, F::page_bytes(kPerPage)}, Device::CUDA);
+  Tensor window = dsv4::bench::random_attention_pool(kPoolPages, kPerPage, 1);
+  Tensor compressed = dsv4::bench::random_attention_pool(kPoolPages, kPerPage, 2);
   Tensor window_host, compressed_host;
   Pools() {
-    const int threads = 256, blocks = kPoolPages * kPerPage / threads;
-    fill_pool<<<blocks, threads>>>(window.data_as<std::uint8_t>(), F::page_bytes(kPerPage), 1);
-    fill_pool<<<blocks, threads>>>(compressed.data_as<std::uint8_t>(), F::page_bytes(kPerPage), 2);
     check_cuda(cudaDeviceSynchronize(), "fill pools");
     window_host = window.to(Device::CPU);
     compressed_host = compressed.to(Device::CPU);
@@ -139,7 +103,7 @@ struct CaseInputs {
 
 CaseInputs::CaseInputs(const Case& c, std::mt19937_64& rng, bool code_only) : n(kWindow + c.compressed) {
   q = Tensor::empty(DType::BF16, {c.rows, c.heads, F::kDim}, Device::CUDA);
-  fill_bf16<<<1024, 256>>>(q.data_as<std::uint16_t>(), q.numel(), rng());
+  dsv4::bench::fill_bf16<<<1024, 256>>>(q.data_as<std::uint16_t>(), q.numel(), rng());
   std::uniform_int_distribution<int> slot(0, kPoolPages * kPerPage - 1);
   window_slots.resize(static_cast<std::size_t>(c.rows) * kWindow);
   compressed_slots.resize(static_cast<std::size_t>(c.rows) * c.compressed);
