@@ -199,11 +199,11 @@ CompressPlan plan_compress(const CompressorSpec& spec, const CompressorWeights& 
 // Errors as plan_compress, plus Error("device") for a backend not built; on error nothing changes.
 // CUDA: the work is queued on `stream` (a cudaStream_t; nullptr: the default stream) and the call
 // returns without waiting; the host-side token counts advance at once. The CPU ignores `stream`.
-// The step's kernels launch early (programmatic dependent launch): their blocks may take free SMs
-// while the kernel before them in the stream finishes, if that kernel allows it, and wait for it
-// before reading or writing any tensor. They allow it at their start: a kernel launched after them
-// with programmatic stream serialization must execute griddepcontrol.wait before it reads their
-// outputs, the pool or the cache, or writes any of their inputs.
+// The step's kernels allow early launches (programmatic dependent launch) at their start: a kernel
+// launched after them with programmatic stream serialization may take free SMs while they run and
+// must execute griddepcontrol.wait before it reads their outputs, the pool or the cache, or writes
+// any of their inputs. (They launch early themselves, waiting for the kernel before them before
+// touching any tensor, but through this call the step's metadata upload comes first.)
 void compress(const CompressorSpec& spec, const CompressorWeights& weights, const CompressBatch& batch,
               const MatrixF32View& kv, const MatrixF32View& score, CompressorStatePool& pool, PagedCache& cache,
               const CompressOutputs& outputs = {}, void* stream = nullptr);

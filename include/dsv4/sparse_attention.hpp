@@ -37,10 +37,10 @@ struct AttentionPoolView {
 // chunk, so large batches and prefill split no row (H200, H = 64, 640 candidates: B = 128 in 44 us
 // against 63 us with chunks of 384); the price is latency at B = 1: 34 us, against 24 us with 384 and
 // 13 us with 64 (10 us a call in a graph of a model's layers), where a row's chunks merge inside a
-// thread-block cluster (docs/PERFORMANCE.md; notes-sparse-attention.md §12, §16, §31). A latency-first deployment fixes a small split instead; a
-// throughput-first one with longer rows (HCA layers at long context) the largest: rows of 2176
-// candidates at B = 128 then run as one chunk, 20–24% faster (H200, H = 128, next_n = 2: 505 -> 385 us),
-// at the price of B = 32 (H = 64: 65 -> 97 us) and B = 1.
+// thread-block cluster (docs/PERFORMANCE.md; notes-sparse-attention.md §12, §16, §31). A latency-first
+// deployment fixes a small split instead; a throughput-first one with longer rows (HCA layers at long
+// context) the largest: rows of 2176 candidates at B = 128 then run as one chunk, 20–24% faster (H200,
+// H = 128, next_n = 2: 505 -> 385 us), at the price of B = 32 (H = 64: 65 -> 97 us) and B = 1.
 inline constexpr int kDefaultSplitCandidates = 1152;
 // Largest split_candidates: a row of 128 window + 2048 compressed candidates fits one chunk, so it has
 // no partial outputs to write and merge (at large batches and in prefill those cost as much memory

@@ -1271,16 +1271,18 @@ TEST_P(CompressorGpu, GraphCapturedStepMatchesTheApi) {
 }
 
 // The decode step launched right behind a kernel that allows early launches and writes every tensor
-// the step touches only after 200 µs — rows, weights, state, cache and the uploaded metadata hold
-// 0xFF bytes until then (NaN floats; a cache or state write before the wait is overwritten by the
-// late copy). The step's kernels start during that wait and must wait for the kernel before reading or
-// writing anything, so both pools end as after the API's step. The step runs once plainly first (the
-// real step, its kernels loaded), then again behind the late writer with its metadata read from the
-// kernel parameters (where small enough) and from device memory: a replay rewrites the same bytes.
+// the step touches only after 200 µs — the rows, the weights, the state, the cache and the uploaded
+// metadata hold 0xFF bytes until then (NaN floats), and the state and the cache get their bytes from
+// before the step back, so a read before the wait finds poison and a write before it is undone. The
+// step's kernels start during that wait and must wait for the kernel before reading or writing
+// anything: both pools end as after the API's step, which runs first (it also loads the kernels).
+// Twice from the same state, with the metadata in the kernel parameters (where small enough) and in
+// device memory.
 TEST_P(CompressorGpu, EarlyLaunchWaitsForTheKernelBefore) {
   std::mt19937_64 rng(testing::fresh_seed());
   const CompressorSpec s = spec();
   PoolsBeforeADecodeStep at(s, rng);
+  at.step_twin_through_the_api(s);
   const CompressPlan plan = plan_compress(s, at.other.weights(), at.batch, at.rows.kv_view, at.rows.score_view,
                                           at.other.pool, at.other.cache);
   const ref::CompressArgs args = device_step_args(s, plan, at.rows, at.other);
@@ -1289,21 +1291,24 @@ TEST_P(CompressorGpu, EarlyLaunchWaitsForTheKernelBefore) {
   device_layout.fill_bytes(0);
   ASSERT_EQ(cudaMemcpy(device_layout.data(), layout.bytes.data(), layout.bytes.size(), cudaMemcpyHostToDevice),
             cudaSuccess);
-  const testing::TestStream stream;
-  cuda::launch_compress_step(args, layout, device_layout.data(), stream.stream);
-  ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
   // The pool and the cache are handles: the writer fills and restores their device bytes.
   auto& state = const_cast<Tensor&>(at.other.pool.storage());
   auto& cache = const_cast<Tensor&>(at.other.cache.storage());
+  const Tensor state_before = state.to(Device::CUDA), cache_before = cache.to(Device::CUDA);
+  const testing::TestStream stream;
   for (const cuda::StepMetadata metadata : {cuda::StepMetadata::InParametersWhenSmall, cuda::StepMetadata::InDeviceMemory}) {
-    const testing::LateWriter writer({&at.rows.kv, &at.rows.score, &at.other.ape, &at.other.norm, &state, &cache,
-                                      &device_layout},
-                                     stream.stream);
-    cuda::launch_compress_step(args, layout, device_layout.data(), stream.stream, metadata);
-    ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(state.data(), state_before.data(), state.nbytes(), cudaMemcpyDeviceToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(cache.data(), cache_before.data(), cache.nbytes(), cudaMemcpyDeviceToDevice), cudaSuccess);
+    {
+      const testing::LateWriter writer({&at.rows.kv, &at.rows.score, &at.other.ape, &at.other.norm, &state, &cache,
+                                        &device_layout},
+                                       stream.stream);
+      cuda::launch_compress_step(args, layout, device_layout.data(), stream.stream, metadata);
+      ASSERT_EQ(cudaStreamSynchronize(stream.stream), cudaSuccess);
+    }
+    at.expect_same_pools(metadata == cuda::StepMetadata::InDeviceMemory ? "metadata in memory, behind the late writer"
+                                                                         : "metadata in the parameters, behind the late writer");
   }
-  at.step_twin_through_the_api(s);
-  at.expect_same_pools("behind the late writer");
 }
 
 // ---- the reduced suite for compute-sanitizer -------------------------------------------------------

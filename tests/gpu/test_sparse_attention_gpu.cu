@@ -773,7 +773,9 @@ TEST_F(SparseAttentionGpu, EarlyLaunchWaitsForTheKernelBefore) {
 
 // The decode layer's order: the top-k writes a row's physical slots, the attention reads them. With
 // the top-k allowing early launches, the attention's blocks start while it runs and must wait for its
-// slots; the result must be the reference's on the CPU top-k's slots (which must be the same).
+// slots; the result must be the reference's on the CPU top-k's slots (which must be the same). Whether
+// the blocks did start early is not observable here (last_launch_early() reports the launch's
+// attribute); a read before the wait would find the slots' poison (−1) on any run where they did.
 TEST_F(SparseAttentionGpu, EarlyLaunchBehindTheTopk) {
   const EarlyLaunchScope early(true);
   const ClusterMergeScope merge(cuda::ClusterMerge::forced);  // the early-launching cluster path, on any device

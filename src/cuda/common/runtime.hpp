@@ -26,6 +26,14 @@ inline cudaLaunchAttribute early_launch_attribute() {
   return attribute;
 }
 
+// The status of a cudaLaunchKernelEx call with the runtime's last error consumed, as a launch followed
+// by cudaGetLastError() reports it: a failed launch sets the last error too, and left there it would
+// surface at the next call that reads it.
+inline cudaError_t consumed_launch_status(cudaError_t launch) {
+  const cudaError_t last = cudaGetLastError();
+  return launch != cudaSuccess ? launch : last;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...) as an early launch (early_launch_attribute).
 template <class... Params, class... Args>
 cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
@@ -38,7 +46,7 @@ cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, std::
   config.stream = stream;
   config.attrs = &early;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return consumed_launch_status(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
 // Multiprocessors of the current device (at least 1).

@@ -8,7 +8,8 @@
 
 namespace dsv4::cuda::compressor {
 
-// Launch the kernel of `params` (num_items ≥ 1) on `stream` and return cudaGetLastError().
+// Launch the kernel of `params` (num_items ≥ 1) on `stream`, early (runtime.hpp's launch_early), and
+// return the launch's status (with the runtime's last error, as cudaGetLastError() after it).
 //   online: the online variant; long_window: more than kSingleGroupMaxCandidates candidates per event;
 //   params.split_events_count > 0: the split-unit (decode) kernel of a long window;
 //   short_window: the instantiation of a short-window two-pass step (ignored otherwise).

@@ -78,8 +78,8 @@ cudaError_t launch_width(const KernelParams& params, bool online, bool long_wind
   if (online) {
     // A step that saves a head's starting snapshot (params.hpp, online_kept_counts) copies it first.
     if (params.online_saved != nullptr) {
-      const cudaError_t status =
-          launch_early(online_save_kernel<kWidth>, dim3(static_cast<unsigned>(params.num_requests)), dim3(128), 0, stream, params);
+      const dim3 grid(static_cast<unsigned>(params.num_requests));
+      const cudaError_t status = launch_early(online_save_kernel<kWidth>, grid, dim3(128), 0, stream, params);
       if (status != cudaSuccess) return status;
     }
     using Deep = OnlineConfig<kWidth, kOnlineDeepStages>;

@@ -36,10 +36,9 @@ void indexer_scores(const IndexerScoreParams& p, void* stream) {
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks));
   const std::size_t shared = shared_bytes(p.heads, shape.tile_rows);
   auto* s = static_cast<cudaStream_t>(stream);
+  // (score_launch.hpp checks the launch)
   if (p.format == IndexerKeyFormat::FP8) launch<IndexerKeyFormat::FP8>(p, grid, shape, shared, s);
   else launch<IndexerKeyFormat::FP4>(p, grid, shape, shared, s);
-  const cudaError_t status = cudaGetLastError();
-  check_cuda(status, "indexer score kernel launch");
 }
 
 }  // namespace dsv4::cuda

@@ -21,8 +21,10 @@ void launch(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std
   void launch<FORMAT>(const IndexerScoreParams& p, dim3 grid, const ScoreShape& shape, std::size_t shared,  \
                       cudaStream_t stream) {                                                                \
     auto* kernel = score_kernel<FORMAT>;                                                                    \
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));    \
-    check_cuda(launch_early(kernel, grid, dim3(kThreads), shared, stream, p, shape), "indexer score kernel launch"); \
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)), \
+               "indexer score kernel shared memory");                                                       \
+    check_cuda(launch_early(kernel, grid, dim3(kThreads), shared, stream, p, shape),                        \
+               "indexer score kernel launch");                                                              \
   }
 
 }  // namespace dsv4::cuda::indexer_score

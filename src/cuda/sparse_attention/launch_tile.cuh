@@ -66,7 +66,7 @@ void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks,
   if (early) attributes[count++] = early_launch_attribute();
   config.attrs = attributes;
   config.numAttrs = count;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, params), "sparse attention launch failed");
+  check_cuda(consumed_launch_status(cudaLaunchKernelEx(&config, kernel, params)), "sparse attention launch failed");
   note_early_launch(early);
 }
 

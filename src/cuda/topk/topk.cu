@@ -25,13 +25,13 @@ KernelFn kernel_for(int vectors) {
   }
 }
 
-void set_cluster(cudaLaunchConfig_t& config, cudaLaunchAttribute& attribute, int cluster_size) {
+cudaLaunchAttribute cluster_attribute(int cluster_size) {
+  cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  return attribute;
 }
 
 // Sets every kernel's dynamic shared memory once, and says whether the device schedules 16-CTA
@@ -54,8 +54,9 @@ bool sixteen_cta_clusters() {
     config.gridDim = dim3(kMaxCluster);
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = key_bytes(4);
-    cudaLaunchAttribute attribute;
-    set_cluster(config, attribute, kMaxCluster);
+    cudaLaunchAttribute attribute = cluster_attribute(kMaxCluster);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
     int clusters = 0;
     const bool fits =
         cudaOccupancyMaxActiveClusters(&clusters, kernel_for(4), &config) == cudaSuccess && clusters > 0;
@@ -71,12 +72,11 @@ void launch(const TopkParams& p, int cluster_size, int vectors, cudaStream_t str
   config.blockDim = dim3(topk::kThreads);
   config.dynamicSmemBytes = topk::key_bytes(vectors);
   config.stream = stream;
-  cudaLaunchAttribute attributes[2];
-  set_cluster(config, attributes[0], cluster_size);
-  attributes[1] = early_launch_attribute();  // behind the score kernel, which allows it
+  // An early launch behind the score kernel, which allows it.
+  cudaLaunchAttribute attributes[2] = {cluster_attribute(cluster_size), early_launch_attribute()};
   config.attrs = attributes;
   config.numAttrs = 2;
-  check_cuda(cudaLaunchKernelEx(&config, kernel_for(vectors), p), "top-k kernel launch");
+  check_cuda(consumed_launch_status(cudaLaunchKernelEx(&config, kernel_for(vectors), p)), "top-k kernel launch");
 }
 
 }  // namespace
@@ -97,9 +97,7 @@ void indexer_topk(const TopkParams& p, void* stream) {
   int vectors = 1;  // 16-byte loads a thread: a power of two ≥ per_thread / 4
   while (4 * vectors < per_thread) vectors *= 2;
   require(p.num_rows * cs <= 0x7fffffff, "scores", "too many rows for one launch");
-  launch(p, cs, vectors, static_cast<cudaStream_t>(stream));
-  const cudaError_t status = cudaGetLastError();
-  check_cuda(status, "top-k kernel launch");
+  launch(p, cs, vectors, static_cast<cudaStream_t>(stream));  // (checks its launch)
 }
 
 }  // namespace dsv4::cuda
