@@ -207,6 +207,15 @@ std::string query_name(IndexerKeyFormat f, std::int64_t rows) {
 // the scores followed by the top-512 of the row (indices and slots), as a decode step runs them; and
 // the layer's whole path (LayerPath), each layer's followed by an empty kernel launched plainly.
 using bench::kLayerCalls;
+
+// Row `row` of an I32 [rows, pages] page table, as a one-row table.
+TensorView page_table_row(const Tensor& table, int row) {
+  TensorView view = table.view();
+  view.data = table.data_as<std::int32_t>() + static_cast<std::int64_t>(row) * view.shape[1];
+  view.shape[0] = 1;
+  return view;
+}
+
 struct LayerGraphTimes {
   double scores_us, scores_topk_us, query_scores_topk_us, path_us, boundary_us;
 };
@@ -258,10 +267,7 @@ struct LayerPath {
       out.push_back(Tensor::empty(DType::BF16, {1, kAttentionHeads, AttentionEntryFormat::kDim}, Device::CUDA));
       lse.push_back(Tensor::empty(DType::F32, {1, kAttentionHeads}, Device::CUDA));
       workspace.push_back(Tensor::zeros(DType::U8, {static_cast<std::int64_t>(scratch)}, Device::CUDA));
-      TensorView row = attention_table.view();
-      row.data = attention_table.data_as<std::int32_t>() + static_cast<std::int64_t>(l) * keys.pages_per_request;
-      row.shape[0] = 1;
-      table_rows.push_back(row);
+      table_rows.push_back(page_table_row(attention_table, l));
       SparseAttentionOptions o;
       o.split_candidates = kSplit;
       o.workspace = workspace.back().view();
@@ -295,10 +301,8 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
     scores.push_back(Tensor::empty(DType::F32, {1, c.entries}, Device::CUDA));
     indices.push_back(Tensor::empty(DType::I32, {1, kTopK}, Device::CUDA));
     slots.push_back(Tensor::empty(DType::I32, {1, kTopK}, Device::CUDA));
-    TensorView table = pool.page_table.view();  // request l's row: keys no other layer reads
-    table.data = pool.page_table.data_as<std::int32_t>() + static_cast<std::int64_t>(l) * pool.pages_per_request;
-    table.shape[0] = 1;
-    rows.push_back({d_qs.view(), d_vis.view(), table});
+    // request l's row: keys no other layer reads
+    rows.push_back({d_qs.view(), d_vis.view(), page_table_row(pool.page_table, l)});
   }
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -314,11 +318,11 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
     }
     if (calls >= Calls::query_scores_topk) path.prepare_queries(l, c.format, queries[l].q, fast);
     indexer_scores(queries[l].q.view(), keys, rows[l], scores[l].view(), fast);
-    if (calls == Calls::scores_topk)
-      indexer_topk(scores[l].view(), rows[l], kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
-    if (calls >= Calls::query_scores_topk)  // slots in the layer's attention pool
-      indexer_topk(scores[l].view(), {d_qs.view(), d_vis.view(), path.table_rows[l]}, kEntriesPerPage,
-                   indices[l].view(), slots[l].view(), fast);
+    if (calls >= Calls::scores_topk) {  // the path's slots are in the layer's attention pool
+      const IndexerRowsView topk_rows =
+          calls == Calls::scores_topk ? rows[l] : IndexerRowsView{d_qs.view(), d_vis.view(), path.table_rows[l]};
+      indexer_topk(scores[l].view(), topk_rows, kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
+    }
     if (calls == Calls::path) {
       path.attend(l, slots[l]);
       layer_boundary<<<1, 32, 0, stream>>>();

@@ -26,6 +26,16 @@ inline cudaLaunchAttribute early_launch_attribute() {
   return attribute;
 }
 
+// The launch attribute of clusters of `size` consecutive blocks (along x).
+inline cudaLaunchAttribute cluster_attribute(int size) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(size);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
 // The status of a cudaLaunchKernelEx call with the runtime's last error consumed, as a launch followed
 // by cudaGetLastError() reports it: a failed launch sets the last error too, and left there it would
 // surface at the next call that reads it.

@@ -16,7 +16,8 @@ void prepare_indexer_queries(const IndexerQueryPrepParams& p, void* stream) {
   require(blocks <= 0x7fffffff, "q_rows", "too many query heads for one launch");
   auto* s = static_cast<cudaStream_t>(stream);
   // An early launch (runtime.hpp): the kernel waits for the kernel before it before reading anything.
-  auto* kernel = p.format == IndexerKeyFormat::FP8 ? query_kernel<IndexerKeyFormat::FP8> : query_kernel<IndexerKeyFormat::FP4>;
+  auto* kernel =
+      p.format == IndexerKeyFormat::FP8 ? query_kernel<IndexerKeyFormat::FP8> : query_kernel<IndexerKeyFormat::FP4>;
   check_cuda(launch_early(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, p),
              "indexer query kernel launch");
 }

@@ -20,10 +20,7 @@ namespace dsv4::cuda::sparse_attention {
 // A launch of `grid` blocks in clusters of `size`; the cluster attribute lives in `attribute`.
 inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_bytes, int size, cudaStream_t stream,
                                          cudaLaunchAttribute& attribute) {
-  attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(size);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  attribute = cluster_attribute(size);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(static_cast<unsigned>(threads));

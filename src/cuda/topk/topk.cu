@@ -25,15 +25,6 @@ KernelFn kernel_for(int vectors) {
   }
 }
 
-cudaLaunchAttribute cluster_attribute(int cluster_size) {
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  return attribute;
-}
-
 // Sets every kernel's dynamic shared memory once, and says whether the device schedules 16-CTA
 // clusters (a non-portable size) of the widest kernel a 16-CTA cluster uses (a 262144-entry row:
 // 16384 entries a CTA, 4 loads a thread). Asked once per process (the library uses one device
