@@ -16,7 +16,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -24,6 +26,7 @@
 
 #include "attention_fill.cuh"
 #include "bench_common.hpp"
+#include "cuda/common/spans.cuh"
 #include "dsv4/indexer.hpp"
 #include "dsv4/sparse_attention.hpp"
 #include "dsv4/topk.hpp"
@@ -218,13 +221,122 @@ TensorView page_table_row(const Tensor& table, int row) {
 
 struct LayerGraphTimes {
   double scores_us, scores_topk_us, query_scores_topk_us, path_us, boundary_us;
+  double path_back_to_back_us;  // the path without the boundary kernel: the next layer launches early behind the attention
 };
 
 // Between two layers' paths a model runs other kernels (projections, the MoE), which need not allow
 // early launches; one empty kernel launched plainly stands for them. Without it the next layer's query
 // preparation and score kernel launch early behind the attention, which measured 2.2 µs slower a layer
 // (twenty-fourth session) — an arrangement no model has.
-__global__ void layer_boundary() {}
+__global__ void layer_boundary() { cuda::spans::stamp(cuda::spans::kOther); }
+
+#if defined(DSV4_KERNEL_SPANS)
+// A probe build's timeline of a path graph: 10 replays, each after an L2 flush and with its stamps
+// alone in the buffer (one unstamped replay before them). A replay's stamps, in the order their blocks
+// took a place in the buffer — which is launch order, since a block stamps after its wait and every
+// stamp of a kernel lands before that kernel completes —, split into launches where the kernel or the
+// grid changes; per launch the first and the last block's stamp, µs from the replay's first stamp,
+// medians over the replays, a line a layer (a line ends with the layer's attention; the boundary
+// kernel after it opens the next line). A kernel launched early has its blocks waiting already, so its
+// first stamp is when the kernel before it ended (and its memory was flushed).
+void print_path_spans(const bench::CapturedGraph& graph, cudaStream_t stream) {
+  using cuda::spans::Stamp;
+  constexpr std::uint32_t kCapacity = 1u << 16;
+  constexpr int kReplays = 10;
+  Stamp* buffer = nullptr;
+  std::uint32_t* count = nullptr;
+  check_cuda(cudaMalloc(&buffer, kCapacity * sizeof(Stamp)), "spans buffer");
+  check_cuda(cudaMalloc(&count, sizeof(std::uint32_t)), "spans count");
+  graph.launch(stream);  // the graph's first launch (its upload) outside the measurement
+  check_cuda(cudaStreamSynchronize(stream), "spans warm-up");
+  const double plain_us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, true});
+  check_cuda(cuda::spans::attach(buffer, count, kCapacity), "spans attach");
+  struct Launch {
+    std::uint32_t kernel;
+    std::vector<double> first, last;
+    std::vector<int> blocks;
+    std::vector<double> sms, most_on_one_sm;  // SMs the blocks ran on, and the most blocks on one of them
+  };
+  std::vector<Launch> launches;
+  bench::L2Flusher flusher;
+  std::uint64_t step = ~0ull;  // the smallest positive gap between two stamps: the timer's resolution
+  for (int r = 0; r < kReplays; ++r) {
+    check_cuda(cudaMemset(count, 0, sizeof(std::uint32_t)), "spans count");
+    flusher.flush(stream);
+    graph.launch(stream);
+    check_cuda(cudaStreamSynchronize(stream), "spans replay");
+    std::uint32_t n = 0;
+    check_cuda(cudaMemcpy(&n, count, sizeof n, cudaMemcpyDeviceToHost), "spans count");
+    if (n > kCapacity) std::printf("spans: %u stamps, %u kept\n", n, kCapacity);
+    std::vector<Stamp> stamps(std::min(n, kCapacity));
+    check_cuda(cudaMemcpy(stamps.data(), buffer, stamps.size() * sizeof(Stamp), cudaMemcpyDeviceToHost), "spans");
+    if (stamps.empty()) break;
+    std::uint64_t t0 = stamps.front().ns;
+    for (const Stamp& x : stamps) t0 = std::min(t0, x.ns);
+    std::vector<std::uint64_t> sorted;
+    for (const Stamp& x : stamps) sorted.push_back(x.ns);
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t k = 1; k < sorted.size(); ++k)
+      if (sorted[k] > sorted[k - 1]) step = std::min(step, sorted[k] - sorted[k - 1]);
+    std::size_t index = 0;
+    for (std::size_t k = 0; k < stamps.size();) {
+      std::size_t e = k;
+      std::uint64_t lo = stamps[k].ns, hi = stamps[k].ns;
+      std::map<std::uint32_t, int> per_sm;
+      while (e < stamps.size() && stamps[e].kernel == stamps[k].kernel && stamps[e].grid == stamps[k].grid) {
+        lo = std::min(lo, stamps[e].ns);
+        hi = std::max(hi, stamps[e].ns);
+        ++per_sm[stamps[e].sm];
+        ++e;
+      }
+      int most = 0;
+      for (const auto& [sm, n] : per_sm) most = std::max(most, n);
+      if (r == 0) launches.push_back({stamps[k].kernel, {}, {}, {}});
+      if (index < launches.size() && launches[index].kernel == stamps[k].kernel) {
+        launches[index].first.push_back((lo - t0) / 1e3);
+        launches[index].last.push_back((hi - t0) / 1e3);
+        launches[index].blocks.push_back(static_cast<int>(e - k));
+        launches[index].sms.push_back(static_cast<double>(per_sm.size()));
+        launches[index].most_on_one_sm.push_back(most);
+      }
+      ++index;
+      k = e;
+    }
+  }
+  check_cuda(cuda::spans::attach(nullptr, nullptr, 0), "spans detach");
+  const double stamped_us = [&] {
+    check_cuda(cuda::spans::attach(buffer, count, 0), "spans attach");  // stamping on, nothing kept
+    const double us = bench::time_us([&](cudaStream_t s) { graph.launch(s); }, stream, {3, 20, true});
+    check_cuda(cuda::spans::attach(nullptr, nullptr, 0), "spans detach");
+    return us;
+  }();
+  cudaFree(buffer);
+  cudaFree(count);
+  const auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const char* names[] = {"?", "query", "scores", "top-k", "attention", "compressor", "boundary"};
+  std::printf("%40s spans (medians of %d replays, us from the first stamp: first block .. last block, blocks / SMs / most on one SM); "
+              "timer step %.3f us; the graph %.2f us, %.2f us with stamping\n", "", kReplays,
+              step == ~0ull ? 0.0 : step / 1e3, plain_us, stamped_us);
+  std::string line;
+  int layer = 0;
+  for (const Launch& l : launches) {
+    char cell[128];
+    std::snprintf(cell, sizeof cell, "  %s %.2f..%.2f (%d/%.0f/%.0f)", names[l.kernel < 7 ? l.kernel : 0],
+                  median(l.first), median(l.last), l.blocks.empty() ? 0 : l.blocks.front(), median(l.sms),
+                  median(l.most_on_one_sm));
+    line += cell;
+    if (l.kernel == cuda::spans::kAttention) {
+      std::printf("%40s layer %d:%s\n", "", layer++, line.c_str());
+      line.clear();
+    }
+  }
+  if (!line.empty()) std::printf("%40s after the last layer:%s\n", "", line.c_str());
+}
+#endif
 
 // The rest of a CSA decode layer's path around its scores: the query preparation in front (from
 // random projected query rows, head logits and rotation), and behind the top-512 the sparse attention
@@ -310,7 +422,7 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
   fast.check_contents = false;
   fast.stream = stream;
   const LayerPath path(pool, stream);
-  enum class Calls { scores, scores_topk, query_scores_topk, path, boundary };
+  enum class Calls { scores, scores_topk, query_scores_topk, path, path_back_to_back, boundary };
   const auto enqueue = [&](int l, Calls calls) {
     if (calls == Calls::boundary) {
       layer_boundary<<<1, 32, 0, stream>>>();
@@ -323,10 +435,8 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
           calls == Calls::scores_topk ? rows[l] : IndexerRowsView{d_qs.view(), d_vis.view(), path.table_rows[l]};
       indexer_topk(scores[l].view(), topk_rows, kEntriesPerPage, indices[l].view(), slots[l].view(), fast);
     }
-    if (calls == Calls::path) {
-      path.attend(l, slots[l]);
-      layer_boundary<<<1, 32, 0, stream>>>();
-    }
+    if (calls >= Calls::path) path.attend(l, slots[l]);
+    if (calls == Calls::path) layer_boundary<<<1, 32, 0, stream>>>();
   };
   const auto time_graph = [&](Calls calls) {
     for (int l = 0; l < kLayerCalls; ++l) enqueue(l, calls);  // first calls outside the capture (kernel attributes)
@@ -336,7 +446,15 @@ LayerGraphTimes time_layer_graphs(const DecodeCase& c, const Pool& pool) {
   };
   const LayerGraphTimes times{time_graph(Calls::scores), time_graph(Calls::scores_topk),
                               time_graph(Calls::query_scores_topk), time_graph(Calls::path),
-                              time_graph(Calls::boundary)};
+                              time_graph(Calls::boundary), time_graph(Calls::path_back_to_back)};
+#if defined(DSV4_KERNEL_SPANS)
+  // DSV4_SPANS_NO_BOUNDARY=1: the layers back to back, without the boundary kernel.
+  const bool no_boundary = std::getenv("DSV4_SPANS_NO_BOUNDARY") != nullptr;
+  print_path_spans(bench::CapturedGraph(stream, [&](cudaStream_t) {
+                     for (int l = 0; l < kLayerCalls; ++l) enqueue(l, no_boundary ? Calls::path_back_to_back : Calls::path);
+                   }),
+                   stream);
+#endif
   cudaStreamDestroy(stream);
   return times;
 }
@@ -379,11 +497,12 @@ void run_decode(bench::Report& report, const DecodeCase& c, double copy_gbs, con
     shape["per_layer_query_scores_topk512_in_graph_us"] = layers.query_scores_topk_us;
     shape["per_layer_query_scores_topk512_attention_in_graph_us"] = layers.path_us;  // with the boundary kernel
     shape["per_layer_boundary_kernel_in_graph_us"] = layers.boundary_us;
+    shape["per_layer_query_scores_topk512_attention_back_to_back_in_graph_us"] = layers.path_back_to_back_us;
     std::printf("%40s %10.2f us a call in a graph of %d layers' calls; scores + top-512 %.2f us a layer; with the "
                 "query preparation %.2f; query + scores + top-512 + attention %.2f us a layer (an empty kernel "
-                "between layers: %.2f us a layer alone)\n", "",
+                "between layers: %.2f us a layer alone; back to back, no kernel between layers: %.2f us a layer)\n", "",
                 layers.scores_us, kLayerCalls, layers.scores_topk_us, layers.query_scores_topk_us, layers.path_us,
-                layers.boundary_us);
+                layers.boundary_us, layers.path_back_to_back_us);
   }
   report.add(name, shape, us, "GB/s", key_bytes / (us * 1e-6) / 1e9, copy_gbs, ok);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/spans.cuh"  // a probe build's kernel spans
 #include "cuda/compressor/config.hpp"
 #include "cuda/compressor/params.hpp"
 

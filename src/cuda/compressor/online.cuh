@@ -160,6 +160,7 @@ template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     online_kernel(const __grid_constant__ KernelParams p) {
   ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
+  spans::stamp(spans::kCompressor);
   static_assert(Config::kStages >= 2 && Config::kStageApe, "run_rows pipelines its stages with ape staged");
   constexpr int c = Config::kWidth;
   static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM
 template <int kWidth>
 __global__ void __launch_bounds__(128) online_save_kernel(const __grid_constant__ KernelParams p) {
   ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
+  spans::stamp(spans::kCompressor);
   const StepRequest r = step_request(p, static_cast<int>(blockIdx.x));
   if (!online_kept_counts(r.prefix, r.new_tokens, r.num_events, p.ratio, p.max_rollback).start_saved) return;
   const float4* from = reinterpret_cast<const float4*>(slot_snapshots(p, r.slot) + snapshot_offset(p, r.prefix));

@@ -833,6 +833,7 @@ template <class Config>
 __global__ void __launch_bounds__(Config::kBlockThreads, Config::kMinBlocksPerSM)
     two_pass_kernel(const __grid_constant__ KernelParams p) {
   ptx::start_after_prerequisite_grids();  // launched early (launch_width.cuh)
+  spans::stamp(spans::kCompressor);
   extern __shared__ float4 dynamic_shared[];  // [Config::kBytes / 16] staging (and the group merge)
   __shared__ double s_sum[Config::kWarpsPerGroup];
   static_assert(Config::kUnitsPerBlock == 1 || Config::kWarpsPerGroup == 1, "s_sum is per block");

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx_sm90.cuh"  // start_after_prerequisite_grids
+#include "cuda/common/spans.cuh"  // a probe build's kernel spans
 #include "cuda/indexer/params.hpp"
 #include "dsv4/entry_codec.hpp"
 #include "dsv4/formats.hpp"
@@ -27,6 +28,7 @@ static_assert(kPerLane == 4, "a lane holds two RoPE pairs");
 template <IndexerKeyFormat kFormat>
 __global__ void __launch_bounds__(kThreads) query_kernel(const IndexerQueryPrepParams p) {
   cuda::ptx::start_after_prerequisite_grids();  // launched early (query.cu)
+  spans::stamp(spans::kQuery);
   const std::int64_t head = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;  // row·H + h
   if (head >= p.num_rows * p.heads) return;
   const int lane = threadIdx.x % 32;

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx_sm90.cuh"  // allow_dependent_launch, wait_for_prerequisite_grids
+#include "cuda/common/spans.cuh"  // a probe build's kernel spans
 #include "cuda/indexer/params.hpp"
 #include "cuda/indexer/ptx_sm90.cuh"
 #include "cuda/indexer/score_config.hpp"
@@ -347,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 2) score_kernel(const IndexerScorePa
   const int log2_epp = p.entries_per_page_log2;
   // Launched early (score_launch.hpp): every tensor is read or written after this wait.
   cuda::ptx::wait_for_prerequisite_grids();
+  spans::stamp(spans::kScores);
 
   // The tile's bookkeeping and queries take one memory round trip: every load below is issued before
   // any result is used (each thread keeps its values in registers until after the query staging).

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/spans.cuh"  // a probe build's kernel spans
 #include "cuda/sparse_attention/config.cuh"
 #include "cuda/sparse_attention/dequant.cuh"
 #include "cuda/sparse_attention/ptx.cuh"
@@ -480,6 +481,7 @@ __global__ void __launch_bounds__(Traits<kHeadTile>::kThreads, 1)
   const std::int64_t row = work.row;
   // Launched early (programmatic dependent launch, launch_tile.cuh): every input is read after this.
   ptx::wait_for_prerequisite_grids();
+  spans::stamp(spans::kAttention);
 
   // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out.
   const int num_live = plan_chunk<kThreads>(p, work, s_slots, s_valid, s_live, [&] {

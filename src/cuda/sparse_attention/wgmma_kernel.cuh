@@ -757,6 +757,7 @@ __global__ void __launch_bounds__(WgmmaRolesFor<kDimSplit>::kThreads, 1)
   // parameters read — while the kernels before it finish; every input is read, and every global
   // store made (the timeline's too), after this wait.
   ptx::wait_for_prerequisite_grids();
+  spans::stamp(spans::kAttention);
   DSV4_TIMELINE(timeline::mark_start());
 
   // The chunk's plan, and the Q tile (heads past num_heads zero-filled) once the slot loads are out;

@@ -38,6 +38,7 @@
 #include <utility>
 
 #include "cuda/common/ptx_sm90.cuh"
+#include "cuda/common/spans.cuh"  // a probe build's kernel spans
 #include "cuda/topk/bins.hpp"
 #include "cuda/topk/params.hpp"
 #include "dsv4/topk.hpp"
@@ -252,6 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) topk_kernel(const TopkParams p) {
   // reads its parameters, then waits for this grid's end before reading anything). This kernel is
   // launched early itself (topk.cu): it reads and writes nothing before the kernel before it is done.
   ptx::start_after_prerequisite_grids();
+  spans::stamp(spans::kTopk);
   extern __shared__ uint4 s_dynamic[];
   std::uint32_t* s_keys = reinterpret_cast<std::uint32_t*>(s_dynamic);  // [kSlice]: this CTA's keys in entry order
   __shared__ Shared s;
