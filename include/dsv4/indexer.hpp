@@ -83,10 +83,11 @@ struct IndexerOptions {
   // The query preparation, the score kernel and the top-k launch early (programmatic dependent launch):
   // their blocks may take free SMs while the kernel before them in the stream finishes, if that kernel
   // allows it, and wait for it before reading or writing any tensor (with check_contents, the call's
-  // host copy and synchronization come first, so there is nothing to overlap). Each allows it at its
-  // start: a kernel launched after them with programmatic stream serialization must execute
-  // griddepcontrol.wait before it reads their outputs or writes any of their inputs (launches without
-  // that attribute wait as usual).
+  // host copy and synchronization come first, so there is nothing to overlap). Each allows it too — the
+  // score kernel and the top-k at their start, the query preparation once its own wait is over (a score
+  // kernel placed while the kernel before the query preparation still runs was found slower): a kernel
+  // launched after them with programmatic stream serialization must execute griddepcontrol.wait before
+  // it reads their outputs or writes any of their inputs (launches without that attribute wait as usual).
   void* stream = nullptr;
 };
 
