@@ -501,9 +501,7 @@ __device__ __forceinline__ void split_event_unit(const KernelParams& p, int inde
                                     min(end * kSliceCandidates, window.count), lane, staging, no_chain, store_slice);
     }
   }
-  for (int slice = max(first_slice, slice_count(window.count)); slice < first_slice + per_group; ++slice) {
-    store_slice(slice, empty_partial());  // past the window's last slice (never read by the merge)
-  }
+  // (Slices past the window's last are neither folded nor stored: the merge reads [0, slice_count).)
   __threadfence();  // this thread's partials are visible GPU-wide before its unit counts itself done
   __syncthreads();  // every thread of the unit has stored and fenced
   if (threadIdx.x == 0) *s_last = atomicAdd(p.split_counters + index, 1) == p.split_units - 1;
