@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -116,6 +117,13 @@ struct TimingOptions {
   std::function<void(cudaStream_t)> after_flush;
 };
 
+// The median of `samples` (the upper one of an even count; 0 for none).
+inline double median(std::vector<double> samples) {
+  if (samples.empty()) return 0.0;
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
 // Median time in microseconds of `launch` (which enqueues work on `stream`).
 inline double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream = nullptr,
                       TimingOptions options = {}) {
@@ -141,8 +149,7 @@ inline double time_us(const std::function<void(cudaStream_t)>& launch, cudaStrea
   check_cuda(cudaGetLastError(), "timed launch");
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return median(std::move(samples));
 }
 
 // The card's device-to-device copy bandwidth in GB/s (bytes read + written), 1 GiB buffers.

@@ -312,11 +312,7 @@ void print_path_spans(const bench::CapturedGraph& graph, cudaStream_t stream) {
   }();
   cudaFree(buffer);
   cudaFree(count);
-  const auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  using bench::median;
   const char* names[] = {"?", "query", "scores", "top-k", "attention", "compressor", "boundary"};
   std::printf("%40s spans (medians of %d replays, us from the first stamp: first block .. last block, blocks / SMs / most on one SM); "
               "timer step %.3f us; the graph %.2f us, %.2f us with stamping\n", "", kReplays,

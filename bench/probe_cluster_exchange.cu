@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "cuda/common/runtime.hpp"  // cluster_attribute, launch_config
 
 namespace {
 
@@ -91,16 +92,9 @@ void run(int ranks, int clusters, int bytes, float* scratch, long long* cycles, 
   auto kernel = exchange<kVector, kGlobal>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), "smem");
   if (ranks > 8) check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster");
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(ranks * clusters));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(bytes);
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(ranks);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attribute = dsv4::cuda::cluster_attribute(ranks);
+  const cudaLaunchConfig_t config = dsv4::cuda::launch_config(dim3(static_cast<unsigned>(ranks * clusters)), dim3(kThreads),
+                                                              static_cast<std::size_t>(bytes), nullptr, &attribute, 1);
   int fits = 0;  // a cluster's CTAs must share a GPC: skip the sizes this card cannot place
   if (cudaOccupancyMaxActiveClusters(&fits, kernel, &config) != cudaSuccess || fits == 0) {
     cudaGetLastError();

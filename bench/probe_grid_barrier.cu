@@ -16,11 +16,13 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "bench_common.hpp"
+#include "cuda/common/runtime.hpp"  // cluster_attribute, launch_config
 
 namespace {
 
@@ -132,10 +134,9 @@ int main() {
               sms, kRounds);
   std::printf("%-34s %8s %8s\n", "barrier", "256 thr", "1024 thr");
   const auto median5 = [](auto&& one) {
-    double v[5];
-    for (double& x : v) x = one();
-    std::sort(v, v + 5);
-    return v[2];
+    std::vector<double> v;
+    for (int i = 0; i < 5; ++i) v.push_back(one());
+    return dsv4::bench::median(std::move(v));
   };
   for (bool publish : {false, true}) {
     for (int ctas : {16, 32, 64, 128, sms}) {
@@ -160,16 +161,9 @@ int main() {
         const int threads = t == 0 ? 256 : 1024;
         auto kernel = publish ? cluster_rounds<true> : cluster_rounds<false>;
         check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "non-portable");
-        cudaLaunchConfig_t config = {};
-        config.gridDim = dim3(ranks);
-        config.blockDim = dim3(threads);
-        cudaLaunchAttribute attribute = {};
-        attribute.id = cudaLaunchAttributeClusterDimension;
-        attribute.val.clusterDim.x = ranks;
-        attribute.val.clusterDim.y = 1;
-        attribute.val.clusterDim.z = 1;
-        config.attrs = &attribute;
-        config.numAttrs = 1;
+        cudaLaunchAttribute attribute = dsv4::cuda::cluster_attribute(ranks);
+        const cudaLaunchConfig_t config =
+            dsv4::cuda::launch_config(dim3(ranks), dim3(threads), 0, nullptr, &attribute, 1);
         us[t] = median5([&] {
           check_cuda(cudaLaunchKernelEx(&config, kernel, elapsed, sink), "cluster rounds");
           check_cuda(cudaDeviceSynchronize(), "cluster rounds");

@@ -44,18 +44,26 @@ inline cudaError_t consumed_launch_status(cudaError_t launch) {
   return launch != cudaSuccess ? launch : last;
 }
 
-// kernel<<<grid, block, shared, stream>>>(args...) as an early launch (early_launch_attribute).
-template <class... Params, class... Args>
-cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
-                         Args&&... args) {
-  cudaLaunchAttribute early = early_launch_attribute();
+// The configuration of a launch of `grid` blocks of `block` threads with `shared` bytes of dynamic shared
+// memory on `stream`, carrying the `count` attributes at `attributes` (which must outlive its use).
+inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                                        cudaLaunchAttribute* attributes, unsigned count) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = stream;
-  config.attrs = &early;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = count;
+  return config;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...) as an early launch (early_launch_attribute).
+template <class... Params, class... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared, cudaStream_t stream,
+                         Args&&... args) {
+  cudaLaunchAttribute early = early_launch_attribute();
+  const cudaLaunchConfig_t config = launch_config(grid, block, shared, stream, &early, 1);
   return consumed_launch_status(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 

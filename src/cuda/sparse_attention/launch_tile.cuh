@@ -17,20 +17,6 @@
 
 namespace dsv4::cuda::sparse_attention {
 
-// A launch of `grid` blocks in clusters of `size`; the cluster attribute lives in `attribute`.
-inline cudaLaunchConfig_t cluster_config(unsigned grid, int threads, int smem_bytes, int size, cudaStream_t stream,
-                                         cudaLaunchAttribute& attribute) {
-  attribute = cluster_attribute(size);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(static_cast<unsigned>(threads));
-  config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return config;
-}
-
 // Launches `kernel` (one instantiation, shared memory configured once per process) over `blocks`,
 // in clusters of `cluster_size` consecutive blocks when it is above 1 (`merged_in_cluster`: clusters
 // of a row's chunks, which merge without the workspace; the pair decode's pairs merge through it).
@@ -55,14 +41,13 @@ void launch_blocks(Kernel kernel, int threads, int smem_bytes, long long blocks,
     check_cuda(cudaMemsetAsync(params.arrivals, 0, layout.total - layout.arrivals, stream),
                "cannot clear the sparse attention workspace's counters");
   }
-  cudaLaunchAttribute attributes[2];  // the cluster's (kept where cluster_size > 1), the early launch's
-  cudaLaunchConfig_t config =
-      cluster_config(static_cast<unsigned>(blocks), threads, smem_bytes, cluster_size, stream, attributes[0]);
-  unsigned count = cluster_size > 1 ? 1 : 0;
+  cudaLaunchAttribute attributes[2];  // the cluster's (where cluster_size > 1), the early launch's
+  unsigned count = 0;
+  if (cluster_size > 1) attributes[count++] = cluster_attribute(cluster_size);
   const bool early = early_allowed && early_launch();
   if (early) attributes[count++] = early_launch_attribute();
-  config.attrs = attributes;
-  config.numAttrs = count;
+  const cudaLaunchConfig_t config = launch_config(dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)),
+                                                  static_cast<std::size_t>(smem_bytes), stream, attributes, count);
   check_cuda(consumed_launch_status(cudaLaunchKernelEx(&config, kernel, params)), "sparse attention launch failed");
   note_early_launch(early);
 }
@@ -93,8 +78,9 @@ template <class Kernel>
 int active_clusters(Kernel kernel, int threads, int smem_bytes, int size, std::atomic<int> (&known)[17]) {
   const int answered = known[size].load();
   if (answered >= 0) return answered;
-  cudaLaunchAttribute attribute;
-  const cudaLaunchConfig_t config = cluster_config(static_cast<unsigned>(size), threads, smem_bytes, size, nullptr, attribute);
+  cudaLaunchAttribute attribute = cluster_attribute(size);
+  const cudaLaunchConfig_t config = launch_config(dim3(static_cast<unsigned>(size)), dim3(static_cast<unsigned>(threads)),
+                                                  static_cast<std::size_t>(smem_bytes), nullptr, &attribute, 1);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();  // a refusal is an answer for this launch, not an error

@@ -41,13 +41,9 @@ bool sixteen_cta_clusters() {
     }
     cudaGetLastError();  // clear a refusal: 8-CTA clusters remain
     if (!non_portable) return false;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(kMaxCluster);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = key_bytes(4);
     cudaLaunchAttribute attribute = cluster_attribute(kMaxCluster);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    const cudaLaunchConfig_t config =
+        launch_config(dim3(kMaxCluster), dim3(kThreads), key_bytes(4), nullptr, &attribute, 1);
     int clusters = 0;
     const bool fits =
         cudaOccupancyMaxActiveClusters(&clusters, kernel_for(4), &config) == cudaSuccess && clusters > 0;
@@ -58,15 +54,10 @@ bool sixteen_cta_clusters() {
 }
 
 void launch(const TopkParams& p, int cluster_size, int vectors, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.num_rows * cluster_size));
-  config.blockDim = dim3(topk::kThreads);
-  config.dynamicSmemBytes = topk::key_bytes(vectors);
-  config.stream = stream;
   // An early launch behind the score kernel, which allows it.
   cudaLaunchAttribute attributes[2] = {cluster_attribute(cluster_size), early_launch_attribute()};
-  config.attrs = attributes;
-  config.numAttrs = 2;
+  const cudaLaunchConfig_t config = launch_config(dim3(static_cast<unsigned>(p.num_rows * cluster_size)),
+                                                  dim3(topk::kThreads), topk::key_bytes(vectors), stream, attributes, 2);
   check_cuda(consumed_launch_status(cudaLaunchKernelEx(&config, kernel_for(vectors), p)), "top-k kernel launch");
 }
 
